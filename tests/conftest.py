@@ -1,0 +1,95 @@
+"""Shared fixtures: the cache of test models, fresh SQLite and Postgres databases.
+
+Real services only: the Postgres server on 127.0.0.1:5432 (a fresh database per test run),
+SQLite files in tmp, models built by `tuner models prepare` into a persistent cache so that
+repeated runs (and vLLM's compile cache) are fast.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+
+POSTGRES_ADMIN_URL = os.environ.get(
+    "TUNER_TEST_POSTGRES", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+)
+
+
+@pytest.fixture(scope="session")
+def cache_dir() -> Path:
+    """Persistent cache for test models and logs (TUNER_TEST_CACHE, else ~/.cache/tuner-test)."""
+    path = Path(os.environ.get("TUNER_TEST_CACHE", Path.home() / ".cache" / "tuner-test"))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@pytest.fixture(scope="session")
+def smollm2_path(cache_dir: Path) -> Path:
+    """SmolLM2-135M-Instruct converted for vLLM (built once into the cache)."""
+    from tuner.models import prepare
+
+    return prepare("smollm2-135m", cache_dir)
+
+
+@pytest.fixture(scope="session")
+def tiny_hybrid_path(cache_dir: Path) -> Path:
+    """The tiny Qwen3-Next-style hybrid config with one MTP layer."""
+    from tuner.models import prepare
+
+    return prepare("tiny-hybrid-mtp", cache_dir)
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    """A URL for a new SQLite file."""
+    return f"sqlite:///{tmp_path / 'tuner.db'}"
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> str:
+    """The admin URL of the real Postgres server; the test run fails loudly if it is down."""
+    engine = create_engine(POSTGRES_ADMIN_URL)
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+    except Exception as exc:
+        pytest.fail(f"Postgres is not answering at {POSTGRES_ADMIN_URL}: {exc}")
+    finally:
+        engine.dispose()
+    return POSTGRES_ADMIN_URL
+
+
+@pytest.fixture
+def postgres_url(postgres_server: str) -> Iterator[str]:
+    """A fresh, empty Postgres database for one test, dropped afterwards."""
+    name = f"tuner_test_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(postgres_server, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    url = postgres_server.rsplit("/", 1)[0] + f"/{name}"
+    try:
+        yield url
+    finally:
+        with admin.connect() as conn:
+            conn.execute(
+                text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = :n AND pid <> pg_backend_pid()"
+                ),
+                {"n": name},
+            )
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}"'))
+        admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def storage_url(request: pytest.FixtureRequest) -> str:
+    """The same test against a SQLite file and a fresh Postgres database."""
+    if request.param == "sqlite":
+        return str(request.getfixturevalue("sqlite_url"))
+    return str(request.getfixturevalue("postgres_url"))

@@ -1,0 +1,54 @@
+"""The `tuner` command line: thin commands that parse, call one library function, and print.
+
+Errors a user can cause are `TunerError`s: `main()` prints their one line and exits with code 2,
+never a traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+from pydantic import ValidationError
+
+from tuner.cli import db, models
+from tuner.cli._app import app, console_err
+from tuner.errors import TunerError
+
+__all__ = ["app", "main"]
+
+app.add_typer(db.app, name="db")
+app.add_typer(models.app, name="models")
+
+
+def _validation_line(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first.get("loc", ())) or exc.title
+    return f"invalid {exc.title} setting {where}: {first.get('msg')}"
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the `tuner` script."""
+    try:
+        app(args=argv, standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(2)
+    except click.exceptions.Abort:
+        console_err.print("aborted")
+        sys.exit(130)
+    except TunerError as exc:
+        console_err.print(
+            f"error: {exc.user_line()}", markup=False, highlight=False, soft_wrap=True
+        )
+        sys.exit(2)
+    except ValidationError as exc:
+        console_err.print(
+            f"error: {_validation_line(exc)}", markup=False, highlight=False, soft_wrap=True
+        )
+        sys.exit(2)
+    except KeyboardInterrupt:
+        console_err.print("interrupted")
+        sys.exit(130)

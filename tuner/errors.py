@@ -1,0 +1,83 @@
+"""The errors `tuner` raises on purpose, and how the CLI shows them.
+
+Every error a user can cause or meet is one of these. Each carries one line that says what
+failed, why, and what to do; the CLI prints that line (and a log path where there is one) and
+exits with code 2, never with a traceback.
+
+```
+TunerError
+├── ConfigError           bad input: a CLI option, a preset, a search-space file, a setting
+├── StorageError          the database URL cannot be used (driver, host, permissions, schema)
+├── ModelPrepError        a test model cannot be built (missing package, unwritable cache)
+├── ServerError           a vLLM server could not be started, watched or stopped
+│   └── StartupFailed     the server exited or timed out before /health; carries the failure
+├── WorkloadError         the workload cannot run (bad traces file, server unreachable)
+└── StudyError            the study cannot run or report (no such study, no finished trial)
+```
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tuner.server.failures import StartupFailure
+
+__all__ = [
+    "ConfigError",
+    "ModelPrepError",
+    "ServerError",
+    "StartupFailed",
+    "StorageError",
+    "StudyError",
+    "TunerError",
+    "WorkloadError",
+]
+
+
+class TunerError(Exception):
+    """Base class: one clear line for the user, and optionally the log to read."""
+
+    def __init__(self, message: str, *, log_path: Path | str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.log_path = Path(log_path) if log_path is not None else None
+
+    def user_line(self) -> str:
+        """The single line the CLI prints."""
+        if self.log_path is not None:
+            return f"{self.message} (log: {self.log_path})"
+        return self.message
+
+
+class ConfigError(TunerError):
+    """A CLI option, preset, search space or setting is invalid."""
+
+
+class StorageError(TunerError):
+    """The storage URL cannot be opened or migrated."""
+
+
+class ModelPrepError(TunerError):
+    """A test model cannot be prepared."""
+
+
+class ServerError(TunerError):
+    """A vLLM server could not be started, watched or stopped."""
+
+
+class StartupFailed(ServerError):
+    """The server did not become ready; `failure` says why, in vLLM's own numbers."""
+
+    def __init__(self, failure: StartupFailure) -> None:
+        super().__init__(failure.summary(), log_path=failure.log_path)
+        self.failure = failure
+
+
+class WorkloadError(TunerError):
+    """The agent workload cannot run."""
+
+
+class StudyError(TunerError):
+    """The study cannot run, resume, export or report."""

@@ -1,0 +1,164 @@
+"""Frozen records that cross boundaries: what a worker measured, handed to the driver to store.
+
+Workers build these; `tuner.storage` turns them into rows; nothing here knows about SQL.
+Every optional measurement is `None` when it was not measured (never zero).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "ServerStartRecord",
+    "StartupFacts",
+    "StepRecord",
+    "TaskRecord",
+    "ThroughputRecord",
+    "WorkloadRecord",
+]
+
+
+@dataclass(frozen=True)
+class StartupFacts:
+    """What a vLLM server became, read from its log and /metrics."""
+
+    kv_cache_tokens: int | None = None
+    max_concurrency: float | None = None
+    num_gpu_blocks: int | None = None
+    block_size: int | None = None
+    model_load_gib: float | None = None
+    model_load_seconds: float | None = None
+    available_kv_gib: float | None = None
+    graph_capture_gib: float | None = None
+    graph_capture_seconds: float | None = None
+    engine_init_seconds: float | None = None
+    startup_seconds: float | None = None
+    vllm_version: str | None = None
+
+
+@dataclass(frozen=True)
+class ServerStartRecord:
+    """One attempt to start a server for a trial, successful or not."""
+
+    argv: tuple[str, ...]
+    env: dict[str, str]
+    log_path: str
+    attempt: int = 0
+    started_at: float = 0.0
+    ended_at: float | None = None
+    exit_status: int | None = None
+    failure_kind: str | None = None
+    failure_message: str | None = None
+    failure_excerpt: str | None = None
+    failure_details: dict[str, Any] = field(default_factory=dict)
+    facts: StartupFacts = field(default_factory=StartupFacts)
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One model call of one task."""
+
+    step: int
+    prompt_tokens: int
+    cached_tokens: int | None
+    output_tokens: int
+    ttft_s: float | None
+    latency_s: float
+    reuse_class: str  # "all" | "one_block_short" | "partial" | "none" | "first"
+
+
+@dataclass(frozen=True)
+class TaskRecord:
+    """One task: its outcome and its steps."""
+
+    index: int
+    task_id: str
+    template: str
+    seed: int
+    warmup: bool
+    success: bool
+    failure_reason: str | None
+    started_s: float
+    wall_s: float
+    steps: tuple[StepRecord, ...] = ()
+
+    @property
+    def prompt_tokens(self) -> int:
+        """Prompt tokens over all steps."""
+        return sum(s.prompt_tokens for s in self.steps)
+
+    @property
+    def output_tokens(self) -> int:
+        """Output tokens over all steps."""
+        return sum(s.output_tokens for s in self.steps)
+
+
+@dataclass(frozen=True)
+class WorkloadRecord:
+    """One scored workload run against one server, with its score and diagnostics."""
+
+    mode: str
+    task_set_hash: str
+    seed: int
+    agents: int
+    tasks: int
+    successes: int
+    scored_wall_s: float
+    tasks_per_hour: float
+    tasks_per_hour_low: float
+    tasks_per_hour_high: float
+    success_rate: float
+    success_rate_low: float
+    success_rate_high: float
+    prefix_cache_hit_ratio: float | None = None
+    spec_drafts: int | None = None
+    spec_draft_tokens: int | None = None
+    spec_accepted_tokens: int | None = None
+    spec_accepted_per_pos: tuple[int, ...] | None = None
+    preemptions: int | None = None
+    prompt_tokens: int | None = None
+    generation_tokens: int | None = None
+    energy_joules: float | None = None
+    ttft_p50: float | None = None
+    ttft_p90: float | None = None
+    ttft_p99: float | None = None
+    tpot_p50: float | None = None
+    tpot_p90: float | None = None
+    tpot_p99: float | None = None
+    itl_p50: float | None = None
+    itl_p90: float | None = None
+    itl_p99: float | None = None
+    output_tokens_per_s: float | None = None
+    joules_per_task: float | None = None
+    joules_per_token: float | None = None
+    task_records: tuple[TaskRecord, ...] = ()
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        """Accepted draft tokens / proposed draft tokens."""
+        if not self.spec_draft_tokens or self.spec_accepted_tokens is None:
+            return None
+        return self.spec_accepted_tokens / self.spec_draft_tokens
+
+    @property
+    def mean_acceptance_length(self) -> float | None:
+        """1 + accepted tokens per draft (vLLM's definition)."""
+        if not self.spec_drafts or self.spec_accepted_tokens is None:
+            return None
+        return 1.0 + self.spec_accepted_tokens / self.spec_drafts
+
+
+@dataclass(frozen=True)
+class ThroughputRecord:
+    """The plain benchmark: output tokens/s at a fixed number of concurrent streams."""
+
+    streams: int
+    requests: int
+    output_tokens: int
+    wall_s: float
+
+    @property
+    def output_tokens_per_s(self) -> float:
+        """Output tokens per second over the whole run."""
+        return self.output_tokens / self.wall_s if self.wall_s > 0 else 0.0

@@ -1,0 +1,391 @@
+"""Read and write tuner's own records; the only place that sees ORM rows.
+
+A `Store` is opened on the same URL as the Optuna study. Only the study driver writes to it
+(workers return records through Ray). It pickles without its engine, like Optuna's RDBStorage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, fields
+from datetime import UTC, datetime
+from typing import Any, Generic, TypeVar
+
+from sqlalchemy import Engine, delete, select
+from sqlalchemy.orm import Session, selectinload
+
+from tuner.records import (
+    ServerStartRecord,
+    StartupFacts,
+    StepRecord,
+    TaskRecord,
+    ThroughputRecord,
+    WorkloadRecord,
+)
+from tuner.storage.engine import open_engine
+from tuner.storage.migrations import upgrade
+from tuner.storage.schema import (
+    ServerStartRow,
+    StepRow,
+    TaskResultRow,
+    ThroughputRunRow,
+    WorkloadRunRow,
+)
+
+__all__ = ["Store", "Stored", "TrialMeasurements"]
+
+T = TypeVar("T")
+
+_FACT_FIELDS = tuple(f.name for f in fields(StartupFacts))
+_WORKLOAD_SCALARS = tuple(
+    f.name
+    for f in fields(WorkloadRecord)
+    if f.name not in ("task_records", "spec_accepted_per_pos")
+)
+
+
+@dataclass(frozen=True)
+class Stored(Generic[T]):
+    """A record read back, with where it belongs."""
+
+    id: int
+    study_name: str
+    trial_number: int | None
+    record: T
+    server_start_id: int | None = None
+
+
+@dataclass(frozen=True)
+class TrialMeasurements:
+    """Everything one trial measured, written in one transaction."""
+
+    server_starts: tuple[ServerStartRecord, ...] = ()
+    workload: WorkloadRecord | None = None
+    throughput: tuple[ThroughputRecord, ...] = ()
+
+
+def _dt(ts: float | None) -> datetime | None:
+    return datetime.fromtimestamp(ts, UTC).replace(tzinfo=None) if ts else None
+
+
+def _ts(value: datetime | None) -> float | None:
+    return value.replace(tzinfo=UTC).timestamp() if value else None
+
+
+class Store:
+    """tuner's tables on one database URL."""
+
+    def __init__(self, url: str, *, migrate: bool = True) -> None:
+        self.url = url
+        self._migrate = migrate
+        self._engine: Engine | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_engine"] = None
+        return state
+
+    @property
+    def engine(self) -> Engine:
+        """The engine, opened (and our tables migrated to head) on first use."""
+        if self._engine is None:
+            if self._migrate:
+                upgrade(self.url)
+            self._engine = open_engine(self.url)
+        return self._engine
+
+    def close(self) -> None:
+        """Dispose of the connection pool."""
+        if self._engine is not None:
+            self._engine.dispose()
+            self._engine = None
+
+    @contextmanager
+    def _session(self) -> Iterator[Session]:
+        with Session(self.engine, expire_on_commit=False) as session, session.begin():
+            yield session
+
+    # ---- writing -------------------------------------------------------------------------
+
+    def save_trial(self, study_name: str, trial_number: int | None, m: TrialMeasurements) -> None:
+        """Replace the trial's rows with `m`, atomically (a resumed trial never doubles)."""
+        with self._session() as s:
+            self._delete_trial(s, study_name, trial_number)
+            start_ids = [self._add_start(s, study_name, trial_number, r) for r in m.server_starts]
+            last_start = start_ids[-1] if start_ids else None
+            if m.workload is not None:
+                self._add_workload(s, study_name, trial_number, last_start, m.workload)
+            for tp in m.throughput:
+                self._add_throughput(s, study_name, trial_number, last_start, tp)
+
+    def add_server_start(
+        self, study_name: str, trial_number: int | None, record: ServerStartRecord
+    ) -> int:
+        """Append one server start; returns its id."""
+        with self._session() as s:
+            return self._add_start(s, study_name, trial_number, record)
+
+    def add_workload_run(
+        self,
+        study_name: str,
+        trial_number: int | None,
+        record: WorkloadRecord,
+        *,
+        server_start_id: int | None = None,
+    ) -> int:
+        """Append one workload run with its tasks and steps; returns its id."""
+        with self._session() as s:
+            return self._add_workload(s, study_name, trial_number, server_start_id, record)
+
+    def add_throughput_run(
+        self,
+        study_name: str,
+        trial_number: int | None,
+        record: ThroughputRecord,
+        *,
+        server_start_id: int | None = None,
+    ) -> int:
+        """Append one plain-benchmark result; returns its id."""
+        with self._session() as s:
+            return self._add_throughput(s, study_name, trial_number, server_start_id, record)
+
+    def delete_trial(self, study_name: str, trial_number: int | None) -> None:
+        """Remove every row of one trial."""
+        with self._session() as s:
+            self._delete_trial(s, study_name, trial_number)
+
+    @staticmethod
+    def _delete_trial(s: Session, study_name: str, trial_number: int | None) -> None:
+        for model in (WorkloadRunRow, ThroughputRunRow, ServerStartRow):
+            runs = s.scalars(
+                select(model).where(
+                    model.study_name == study_name, model.trial_number == trial_number
+                )
+            ).all()
+            for row in runs:
+                s.delete(row)  # ORM delete so task and step rows cascade on every backend
+        s.flush()
+
+    @staticmethod
+    def _add_start(
+        s: Session, study_name: str, trial_number: int | None, r: ServerStartRecord
+    ) -> int:
+        row = ServerStartRow(
+            study_name=study_name,
+            trial_number=trial_number,
+            attempt=r.attempt,
+            argv=list(r.argv),
+            env=dict(r.env),
+            started_at=_dt(r.started_at),
+            ended_at=_dt(r.ended_at),
+            exit_status=r.exit_status,
+            failure_kind=r.failure_kind,
+            failure_message=r.failure_message,
+            failure_excerpt=r.failure_excerpt,
+            failure_details=dict(r.failure_details),
+            log_path=r.log_path,
+            **{name: getattr(r.facts, name) for name in _FACT_FIELDS},
+        )
+        s.add(row)
+        s.flush()
+        return row.id
+
+    @staticmethod
+    def _add_workload(
+        s: Session,
+        study_name: str,
+        trial_number: int | None,
+        server_start_id: int | None,
+        r: WorkloadRecord,
+    ) -> int:
+        row = WorkloadRunRow(
+            study_name=study_name,
+            trial_number=trial_number,
+            server_start_id=server_start_id,
+            spec_accepted_per_pos=(
+                list(r.spec_accepted_per_pos) if r.spec_accepted_per_pos is not None else None
+            ),
+            **{name: getattr(r, name) for name in _WORKLOAD_SCALARS},
+        )
+        for t in r.task_records:
+            task_row = TaskResultRow(
+                index=t.index,
+                task_id=t.task_id,
+                template=t.template,
+                seed=t.seed,
+                warmup=t.warmup,
+                success=t.success,
+                failure_reason=t.failure_reason,
+                started_s=t.started_s,
+                wall_s=t.wall_s,
+                num_steps=len(t.steps),
+                prompt_tokens=t.prompt_tokens,
+                output_tokens=t.output_tokens,
+            )
+            task_row.steps = [
+                StepRow(
+                    step=st.step,
+                    prompt_tokens=st.prompt_tokens,
+                    cached_tokens=st.cached_tokens,
+                    output_tokens=st.output_tokens,
+                    ttft_s=st.ttft_s,
+                    latency_s=st.latency_s,
+                    reuse_class=st.reuse_class,
+                )
+                for st in t.steps
+            ]
+            row.task_results.append(task_row)
+        s.add(row)
+        s.flush()
+        return row.id
+
+    @staticmethod
+    def _add_throughput(
+        s: Session,
+        study_name: str,
+        trial_number: int | None,
+        server_start_id: int | None,
+        r: ThroughputRecord,
+    ) -> int:
+        row = ThroughputRunRow(
+            study_name=study_name,
+            trial_number=trial_number,
+            server_start_id=server_start_id,
+            streams=r.streams,
+            requests=r.requests,
+            output_tokens=r.output_tokens,
+            wall_s=r.wall_s,
+            output_tokens_per_s=r.output_tokens_per_s,
+        )
+        s.add(row)
+        s.flush()
+        return row.id
+
+    # ---- reading -------------------------------------------------------------------------
+
+    def server_starts(
+        self, study_name: str, trial_number: int | None = None
+    ) -> list[Stored[ServerStartRecord]]:
+        """Server starts of a study (or of one trial), oldest first."""
+        with self._session() as s:
+            q = select(ServerStartRow).where(ServerStartRow.study_name == study_name)
+            if trial_number is not None:
+                q = q.where(ServerStartRow.trial_number == trial_number)
+            rows = s.scalars(q.order_by(ServerStartRow.id)).all()
+            return [
+                Stored(row.id, row.study_name, row.trial_number, _start_record(row)) for row in rows
+            ]
+
+    def workload_runs(
+        self, study_name: str, trial_number: int | None = None, *, with_tasks: bool = False
+    ) -> list[Stored[WorkloadRecord]]:
+        """Workload runs of a study (or of one trial), oldest first."""
+        with self._session() as s:
+            q = select(WorkloadRunRow).where(WorkloadRunRow.study_name == study_name)
+            if trial_number is not None:
+                q = q.where(WorkloadRunRow.trial_number == trial_number)
+            if with_tasks:
+                q = q.options(
+                    selectinload(WorkloadRunRow.task_results).selectinload(TaskResultRow.steps)
+                )
+            rows = s.scalars(q.order_by(WorkloadRunRow.id)).all()
+            return [
+                Stored(
+                    row.id,
+                    row.study_name,
+                    row.trial_number,
+                    _workload_record(row, with_tasks),
+                    row.server_start_id,
+                )
+                for row in rows
+            ]
+
+    def throughput_runs(
+        self, study_name: str, trial_number: int | None = None
+    ) -> list[Stored[ThroughputRecord]]:
+        """Plain-benchmark results of a study (or of one trial)."""
+        with self._session() as s:
+            q = select(ThroughputRunRow).where(ThroughputRunRow.study_name == study_name)
+            if trial_number is not None:
+                q = q.where(ThroughputRunRow.trial_number == trial_number)
+            rows = s.scalars(q.order_by(ThroughputRunRow.id)).all()
+            return [
+                Stored(
+                    row.id,
+                    row.study_name,
+                    row.trial_number,
+                    ThroughputRecord(row.streams, row.requests, row.output_tokens, row.wall_s),
+                    row.server_start_id,
+                )
+                for row in rows
+            ]
+
+    def trial_numbers(self, study_name: str) -> Sequence[int]:
+        """Trial numbers that have any server start recorded."""
+        with self._session() as s:
+            q = select(ServerStartRow.trial_number).where(ServerStartRow.study_name == study_name)
+            return sorted({n for n in s.scalars(q) if n is not None})
+
+    def delete_study(self, study_name: str) -> None:
+        """Remove all of a study's rows (tasks and steps cascade)."""
+        with self._session() as s:
+            for model in (WorkloadRunRow, ThroughputRunRow):
+                for row in s.scalars(select(model).where(model.study_name == study_name)):
+                    s.delete(row)
+            s.flush()
+            s.execute(delete(ServerStartRow).where(ServerStartRow.study_name == study_name))
+
+
+def _start_record(row: ServerStartRow) -> ServerStartRecord:
+    return ServerStartRecord(
+        argv=tuple(row.argv),
+        env=dict(row.env),
+        log_path=row.log_path,
+        attempt=row.attempt,
+        started_at=_ts(row.started_at) or 0.0,
+        ended_at=_ts(row.ended_at),
+        exit_status=row.exit_status,
+        failure_kind=row.failure_kind,
+        failure_message=row.failure_message,
+        failure_excerpt=row.failure_excerpt,
+        failure_details=dict(row.failure_details or {}),
+        facts=StartupFacts(**{name: getattr(row, name) for name in _FACT_FIELDS}),
+    )
+
+
+def _workload_record(row: WorkloadRunRow, with_tasks: bool) -> WorkloadRecord:
+    tasks: tuple[TaskRecord, ...] = ()
+    if with_tasks:
+        tasks = tuple(
+            TaskRecord(
+                index=t.index,
+                task_id=t.task_id,
+                template=t.template,
+                seed=t.seed,
+                warmup=t.warmup,
+                success=t.success,
+                failure_reason=t.failure_reason,
+                started_s=t.started_s,
+                wall_s=t.wall_s,
+                steps=tuple(
+                    StepRecord(
+                        step=st.step,
+                        prompt_tokens=st.prompt_tokens,
+                        cached_tokens=st.cached_tokens,
+                        output_tokens=st.output_tokens,
+                        ttft_s=st.ttft_s,
+                        latency_s=st.latency_s,
+                        reuse_class=st.reuse_class,
+                    )
+                    for st in t.steps
+                ),
+            )
+            for t in row.task_results
+        )
+    per_pos = tuple(row.spec_accepted_per_pos) if row.spec_accepted_per_pos is not None else None
+    return WorkloadRecord(
+        spec_accepted_per_pos=per_pos,
+        task_records=tasks,
+        **{name: getattr(row, name) for name in _WORKLOAD_SCALARS},
+    )
