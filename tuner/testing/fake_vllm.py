@@ -1,0 +1,355 @@
+"""A fake vLLM server: the OpenAI endpoints, /health and /metrics, answering instantly.
+
+Run it like the real API server (unknown vLLM flags are accepted and ignored):
+
+    python -m tuner.testing.fake_vllm --model M --port P [--host H] [--served-model-name N]
+        [--max-num-seqs K] [--max-model-len L] [...]
+
+It stands in for vLLM where a real start costs a minute or cannot happen on this machine (the
+Mamba-block failure needs a GPU). Behaviour is chosen by environment variables:
+
+- `FAKE_VLLM_STARTUP_S` (default 0.5): seconds to "build the engine" before listening.
+- `FAKE_VLLM_KV_TOKENS` (default 12345): the KV cache size it reports (log and /metrics).
+- `FAKE_VLLM_MAMBA_BLOCKS=N`: when max-num-seqs (default 512, as on a GPU) exceeds N, fail
+  the way vLLM does on a hybrid model with CUDA graphs, and exit 1.
+- `FAKE_VLLM_FAIL=text`: print `text` to stderr and exit 1.
+- `FAKE_VLLM_SPEC=1`: count speculative drafts, as a server with a speculative config would.
+
+Answers are words ("tok0 tok1 ..."): with `max_tokens` and `ignore_eos` exactly `max_tokens`
+of them, else a short fixed reply. Token counts are characters / 4 for prompts and one per word
+for completions; the /metrics counters add up what was really served. Only the standard
+library is imported, so it is ready in well under a second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+__all__ = ["MAMBA_MESSAGE", "main"]
+
+VERSION = "0.32.0"
+BLOCK_SIZE = 16
+DEFAULT_MAX_NUM_SEQS = 512
+DEFAULT_MAX_MODEL_LEN = 8192
+FIXED_REPLY = "This is a fake vLLM reply."
+
+MAMBA_MESSAGE = (
+    "max_num_seqs ({requested}) exceeds available Mamba cache blocks ({available}). Each "
+    "decode sequence requires one Mamba cache block, so CUDA graph capture cannot proceed. "
+    "Please lower max_num_seqs to at most {available} or increase gpu_memory_utilization."
+)
+
+
+def _parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="fake_vllm", add_help=True)
+    parser.add_argument("model_positional", nargs="?", default=None)
+    parser.add_argument("--model", default=None)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--served-model-name", default=None)
+    parser.add_argument("--max-num-seqs", type=int, default=DEFAULT_MAX_NUM_SEQS)
+    parser.add_argument("--max-model-len", type=int, default=DEFAULT_MAX_MODEL_LEN)
+    parser.add_argument("--speculative-config", default=None)
+    args, _ignored = parser.parse_known_args(argv)
+    args.model = args.model or args.model_positional or "fake-model"
+    args.served_model_name = args.served_model_name or args.model
+    return args
+
+
+class _Counters:
+    """The /metrics counters; the handler threads add to them under one lock."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.values: dict[str, float] = {
+            "vllm:prompt_tokens_total": 0,
+            "vllm:generation_tokens_total": 0,
+            "vllm:prefix_cache_queries_total": 0,
+            "vllm:prefix_cache_hits_total": 0,
+            "vllm:prompt_tokens_cached_total": 0,
+            "vllm:num_preemptions_total": 0,
+            "vllm:request_success_total": 0,
+            "vllm:spec_decode_num_drafts_total": 0,
+            "vllm:spec_decode_num_draft_tokens_total": 0,
+            "vllm:spec_decode_num_accepted_tokens_total": 0,
+        }
+
+    def add(self, **deltas: float) -> None:
+        with self.lock:
+            for key, delta in deltas.items():
+                self.values[f"vllm:{key}_total"] += delta
+
+
+class _State:
+    """What the handlers need: the parsed flags, the counters and the prefix 'cache'."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.kv_tokens = int(os.environ.get("FAKE_VLLM_KV_TOKENS", "12345"))
+        self.spec = bool(args.speculative_config) or os.environ.get("FAKE_VLLM_SPEC") == "1"
+        self.counters = _Counters()
+        self.seen_prompts: list[str] = []
+        self.seen_lock = threading.Lock()
+
+    def cached_tokens(self, prompt: str) -> int:
+        """Tokens of `prompt` shared with an earlier prompt, in whole blocks (like a cache)."""
+        with self.seen_lock:
+            best = 0
+            for earlier in self.seen_prompts:
+                best = max(best, _common_prefix_len(earlier, prompt))
+            self.seen_prompts.append(prompt)
+            del self.seen_prompts[:-64]
+        tokens = best // 4
+        return tokens - tokens % BLOCK_SIZE
+
+    def metrics_text(self) -> str:
+        labels = f'engine="0",model_name="{self.args.served_model_name}"'
+        blocks = self.kv_tokens // BLOCK_SIZE
+        lines = [
+            "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig",
+            "# TYPE vllm:cache_config_info gauge",
+            f'vllm:cache_config_info{{block_size="{BLOCK_SIZE}",cache_dtype="auto",'
+            f'enable_prefix_caching="True",engine="0",'
+            f'kv_cache_size_tokens="{self.kv_tokens}",num_gpu_blocks="{blocks}",'
+            f'num_gpu_blocks_override="None"}} 1.0',
+        ]
+        with self.counters.lock:
+            values = dict(self.counters.values)
+        for name, value in values.items():
+            if name.startswith("vllm:spec_decode") and not self.spec:
+                continue
+            lines.append(f"# TYPE {name.removesuffix('_total')} counter")
+            lines.append(f"{name}{{{labels}}} {float(value)}")
+        if self.spec:
+            accepted = values["vllm:spec_decode_num_accepted_tokens_total"]
+            name = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+            lines.append(f'{name}{{{labels},position="0"}} {float(accepted)}')
+        lines.append("# TYPE vllm:num_requests_running gauge")
+        lines.append(f"vllm:num_requests_running{{{labels}}} 0.0")
+        lines.append("# TYPE vllm:num_requests_waiting gauge")
+        lines.append(f"vllm:num_requests_waiting{{{labels}}} 0.0")
+        return "\n".join(lines) + "\n"
+
+
+def _common_prefix_len(a: str, b: str) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _prompt_text(body: dict[str, Any]) -> str:
+    parts: list[str] = []
+    for message in body.get("messages") or []:
+        content = message.get("content")
+        if isinstance(content, str):
+            parts.append(content)
+        elif isinstance(content, list):
+            parts.extend(str(p.get("text", "")) for p in content if isinstance(p, dict))
+        if message.get("tool_calls"):
+            parts.append(json.dumps(message["tool_calls"]))
+    return "\n".join(parts)
+
+
+def _make_handler(state: _State) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            # vLLM logs each request at INFO; keep the fake's log short instead.
+            pass
+
+        def _send(self, status: int, body: bytes, content_type: str) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def _json(self, status: int, payload: dict[str, Any]) -> None:
+            self._send(status, json.dumps(payload).encode(), "application/json")
+
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            if path == "/health":
+                self._send(200, b"", "text/plain")
+            elif path == "/v1/models":
+                model = {
+                    "id": state.args.served_model_name,
+                    "object": "model",
+                    "owned_by": "vllm",
+                    "root": state.args.model,
+                    "max_model_len": state.args.max_model_len,
+                }
+                self._json(200, {"object": "list", "data": [model]})
+            elif path == "/metrics":
+                self._send(200, state.metrics_text().encode(), "text/plain; version=0.0.4")
+            elif path == "/version":
+                self._json(200, {"version": VERSION})
+            else:
+                self._json(404, {"detail": "Not Found"})
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length) if length else b"{}"
+            path = self.path.split("?", 1)[0]
+            if path == "/reset_prefix_cache":
+                with state.seen_lock:
+                    state.seen_prompts.clear()
+                self._send(200, b"", "text/plain")
+                return
+            if path != "/v1/chat/completions":
+                self._json(404, {"detail": "Not Found"})
+                return
+            try:
+                body = json.loads(raw or b"{}")
+            except json.JSONDecodeError:
+                self._json(400, {"error": {"message": "invalid JSON", "code": 400}})
+                return
+            self._chat(body)
+
+        def _chat(self, body: dict[str, Any]) -> None:
+            prompt = _prompt_text(body)
+            prompt_tokens = max(1, len(prompt) // 4)
+            cached = min(state.cached_tokens(prompt), prompt_tokens)
+            max_tokens = body.get("max_tokens") or body.get("max_completion_tokens")
+            if max_tokens and body.get("ignore_eos"):
+                words = [f"tok{i}" for i in range(int(max_tokens))]
+            else:
+                words = FIXED_REPLY.split()
+                if max_tokens:
+                    words = words[: int(max_tokens)]
+            completion_tokens = len(words)
+            drafts = completion_tokens if state.spec else 0
+            state.counters.add(
+                prompt_tokens=prompt_tokens,
+                generation_tokens=completion_tokens,
+                prefix_cache_queries=prompt_tokens,
+                prefix_cache_hits=cached,
+                prompt_tokens_cached=cached,
+                request_success=1,
+                spec_decode_num_drafts=drafts,
+                spec_decode_num_draft_tokens=drafts,
+                spec_decode_num_accepted_tokens=drafts // 2,
+            )
+            usage = {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+                "prompt_tokens_details": {"cached_tokens": cached},
+            }
+            ident = f"chatcmpl-{uuid.uuid4().hex}"
+            model = body.get("model") or state.args.served_model_name
+            common = {"id": ident, "created": int(time.time()), "model": model}
+            if body.get("stream"):
+                self._stream(common, words, usage, body)
+                return
+            text = " ".join(words)
+            choice = {
+                "index": 0,
+                "message": {"role": "assistant", "content": text, "tool_calls": []},
+                "finish_reason": "length" if body.get("ignore_eos") else "stop",
+            }
+            self._json(
+                200, {**common, "object": "chat.completion", "choices": [choice], "usage": usage}
+            )
+
+        def _stream(
+            self,
+            common: dict[str, Any],
+            words: list[str],
+            usage: dict[str, Any],
+            body: dict[str, Any],
+        ) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.close_connection = True
+
+            def event(choices: list[dict[str, Any]], **extra: Any) -> None:
+                chunk = {**common, "object": "chat.completion.chunk", "choices": choices, **extra}
+                self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                self.wfile.flush()
+
+            event([{"index": 0, "delta": {"role": "assistant", "content": ""}}])
+            for i, word in enumerate(words):
+                event([{"index": 0, "delta": {"content": word if i == 0 else " " + word}}])
+            finish = "length" if body.get("ignore_eos") else "stop"
+            event([{"index": 0, "delta": {}, "finish_reason": finish}])
+            if (body.get("stream_options") or {}).get("include_usage"):
+                event([], usage=usage)
+            self.wfile.write(b"data: [DONE]\n\n")
+            self.wfile.flush()
+
+    return Handler
+
+
+def _fail(text: str) -> int:
+    sys.stderr.write(text.rstrip("\n") + "\n")
+    sys.stderr.flush()
+    return 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the fake server until SIGTERM/SIGINT; return the exit status."""
+    args = _parse_args(sys.argv[1:] if argv is None else argv)
+    print(f"INFO [api_server.py] vLLM API server version {VERSION}", flush=True)
+    print(f"INFO [api_server.py] args: model={args.model!r} port={args.port}", flush=True)
+    time.sleep(float(os.environ.get("FAKE_VLLM_STARTUP_S", "0.5")))
+
+    failure = os.environ.get("FAKE_VLLM_FAIL")
+    if failure:
+        return _fail(failure)
+    mamba_blocks = os.environ.get("FAKE_VLLM_MAMBA_BLOCKS")
+    if mamba_blocks and args.max_num_seqs > int(mamba_blocks):
+        message = MAMBA_MESSAGE.format(requested=args.max_num_seqs, available=int(mamba_blocks))
+        return _fail(
+            "ERROR [core.py] EngineCore failed to start.\n"
+            "Traceback (most recent call last):\n"
+            '  File "vllm/config/compilation.py", line 1518, in '
+            "adjust_cudagraph_sizes_for_mamba\n"
+            f"ValueError: {message}\n"
+            "RuntimeError: Engine core initialization failed. See root cause above. "
+            "Failed core proc(s): {'EngineCore_DP0': 1}"
+        )
+
+    state = _State(args)
+    concurrency = state.kv_tokens / args.max_model_len
+    for line in (
+        "Model loading took 0.50 GiB memory and 0.100000 seconds",
+        "Available KV cache memory: 1.23 GiB",
+        f"GPU KV cache size: {state.kv_tokens:,} tokens, Maximum concurrency for "
+        f"{args.max_model_len:,} tokens per request: {concurrency:.2f}x",
+        "init engine (profile, create kv cache, warmup model) took 0.20 s",
+    ):
+        print(f"INFO [fake_vllm] {line}", flush=True)
+
+    server = ThreadingHTTPServer((args.host, args.port), _make_handler(state))
+    server.daemon_threads = True
+
+    def stop(signum: int, frame: object) -> None:
+        # shutdown() blocks until serve_forever returns, so it must run off the main thread.
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    print(f"INFO [launcher] Starting vLLM server on http://{args.host}:{args.port}", flush=True)
+    server.serve_forever(poll_interval=0.1)
+    server.server_close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
