@@ -1,0 +1,69 @@
+"""Names of the Optuna parameters and user attributes a tuner study writes.
+
+optuna-dashboard shows user attributes, and `tuner report`/`export`/`explain` read them back, so
+the names are one contract kept here. Measurements also live, in full, in tuner's own tables.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = [
+    "CONTROL_KINDS",
+    "PARAM_NAMES",
+    "ROLES",
+    "StudyAttr",
+    "TrialAttr",
+]
+
+# Optuna parameter names (the search space). Conditional ones appear only when they apply.
+PARAM_NAMES: Final = (
+    "method",  # "none" | "ngram" | "mtp" | "eagle" | "eagle3" | "draft_model" | "suffix"
+    "num_speculative_tokens",  # when method != "none"
+    "prompt_lookup_min",  # ngram only
+    "prompt_lookup_max",  # ngram only
+    "gpu_memory_utilization",  # GPU presets
+    "kv_cache_memory_bytes",  # CPU presets: the memory knob
+    "max_num_seqs",
+    "disable_eagle_block_drop",  # mtp/eagle/eagle3 when the preset allows it
+)
+
+ROLES: Final = ("baseline", "candidate", "control")
+CONTROL_KINDS: Final = ("kv_cut", "no_block_drop")
+
+
+class StudyAttr:
+    """Study-level user attributes."""
+
+    PRESET: Final = "preset"  # the full preset as a JSON-able dict
+    MODEL: Final = "model"  # preset model name, e.g. "smollm2-135m"
+    GPU: Final = "gpu"  # preset GPU name, e.g. "cpu"
+    TUNER_VERSION: Final = "tuner_version"
+
+
+class TrialAttr:
+    """Trial-level user attributes (all JSON-able)."""
+
+    ROLE: Final = "role"  # one of ROLES
+    CONTROL_OF: Final = "control_of"  # trial number of the candidate a control explains
+    CONTROL_KIND: Final = "control_kind"  # one of CONTROL_KINDS
+    SERVER_SPEC: Final = "server_spec"  # ServerSpec.model_dump(mode="json") actually launched
+    SERVE_COMMAND: Final = "serve_command"  # `vllm serve MODEL ...` a user would paste
+    MAX_NUM_SEQS_REQUESTED: Final = "max_num_seqs_requested"
+    MAX_NUM_SEQS_CLAMPED: Final = "max_num_seqs_clamped"  # set only after a Mamba-block retry
+    KV_CACHE_TOKENS: Final = "kv_cache_tokens"
+    TASKS_PER_HOUR: Final = "tasks_per_hour"
+    TASKS_PER_HOUR_LOW: Final = "tasks_per_hour_low"
+    TASKS_PER_HOUR_HIGH: Final = "tasks_per_hour_high"
+    SUCCESS_RATE: Final = "success_rate"
+    CACHE_HIT_PCT: Final = "cache_hit_pct"
+    ACCEPTANCE_RATE: Final = "acceptance_rate"
+    MEAN_ACCEPTANCE_LENGTH: Final = "mean_acceptance_length"
+    PREEMPTIONS: Final = "preemptions"
+    ENERGY_PER_TASK_J: Final = "energy_per_task_j"  # absent when not measured
+    STARTUP_S: Final = "startup_s"
+    FAILURE_KIND: Final = "failure_kind"  # tuner.server FailureKind value, or "interrupted"
+    FAILURE_REASON: Final = "failure_reason"  # one line
+    INFEASIBLE: Final = "infeasible"  # True when the config cannot run on this card
+    PRUNED_AT_TASKS: Final = "pruned_at_tasks"
+    REQUEUED_FROM: Final = "requeued_from"  # number of the interrupted trial this one repeats
