@@ -1,0 +1,119 @@
+"""What a started server became: startup facts read from its log and from /metrics.
+
+vLLM logs its KV cache size, concurrency, load and init times once at startup (formats in
+DESIGN.md section 4, numbers with thousands commas, a `GPU`/`CPU` prefix on the KV line) and
+publishes `vllm:cache_config_info` on /metrics. `parse_log` reads the first, `parse_cache_info`
+the second, and `merge_facts` combines them (the metrics win where both speak: they are what
+the engine really allocated).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import fields, replace
+
+from tuner.records import StartupFacts
+
+__all__ = ["merge_facts", "parse_cache_info", "parse_log", "parse_metric_labels"]
+
+_N = r"([\d,]+)"
+_F = r"([\d,]*\.?\d+)"
+_KV = re.compile(
+    rf"(?:[A-Z]+(?: \+ host)? )?KV cache size: {_N} tokens, "
+    rf"Maximum concurrency for {_N} tokens per request: {_F}x"
+)
+_LOAD = re.compile(rf"Model loading took {_F} GiB memory and {_F} seconds")
+_AVAILABLE = re.compile(rf"Available KV cache memory: {_F} GiB")
+_GRAPHS = re.compile(rf"Graph capturing finished in {_F} secs, took {_F} GiB")
+_INIT = re.compile(rf"init engine \(profile, create kv cache, warmup model\) took {_F} s")
+_VERSIONS = (
+    re.compile(r"Initializing a V1 LLM engine \(v([^)\s]+)\)"),
+    re.compile(r"vLLM API server version ([^\s,]+)"),
+    re.compile(r"vLLM server version ([^\s,]+)"),
+    re.compile(r"\bversion (\d+\.\d+\.\d+[^\s,]*)"),
+)
+_INFO_LINE = re.compile(r"^vllm:cache_config_info\{(?P<labels>[^}]*)\}", re.MULTILINE)
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def _int(text: str) -> int:
+    return int(text.replace(",", ""))
+
+
+def _float(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+def parse_log(text: str) -> StartupFacts:
+    """Startup facts from a server log; fields not found stay None.
+
+    Args:
+        text: The server's log (stdout and stderr together), complete or partial.
+
+    Returns:
+        KV cache tokens and concurrency, model load GiB and seconds, available KV cache GiB,
+        graph capture seconds and GiB, engine init seconds and the vLLM version.
+    """
+    facts = StartupFacts()
+    if found := _KV.search(text):
+        facts = replace(facts, kv_cache_tokens=_int(found[1]), max_concurrency=_float(found[3]))
+    if found := _LOAD.search(text):
+        facts = replace(facts, model_load_gib=_float(found[1]), model_load_seconds=_float(found[2]))
+    if found := _AVAILABLE.search(text):
+        facts = replace(facts, available_kv_gib=_float(found[1]))
+    if found := _GRAPHS.search(text):
+        facts = replace(
+            facts, graph_capture_seconds=_float(found[1]), graph_capture_gib=_float(found[2])
+        )
+    if found := _INIT.search(text):
+        facts = replace(facts, engine_init_seconds=_float(found[1]))
+    for pattern in _VERSIONS:
+        if found := pattern.search(text):
+            facts = replace(facts, vllm_version=found[1])
+            break
+    return facts
+
+
+def parse_metric_labels(metrics_text: str, name: str = "vllm:cache_config_info") -> dict[str, str]:
+    """The labels of the first sample of metric `name` in a Prometheus text exposition."""
+    pattern = _INFO_LINE if name == "vllm:cache_config_info" else None
+    if pattern is None:
+        pattern = re.compile(rf"^{re.escape(name)}\{{(?P<labels>[^}}]*)\}}", re.MULTILINE)
+    found = pattern.search(metrics_text)
+    if found is None:
+        return {}
+    return dict(_LABEL.findall(found["labels"]))
+
+
+def _optional_int(value: str | None) -> int | None:
+    if value is None or value in ("", "None"):
+        return None
+    try:
+        return int(float(value))
+    except ValueError:
+        return None
+
+
+def parse_cache_info(metrics_text: str) -> StartupFacts:
+    """Facts from `vllm:cache_config_info`: GPU blocks, block size and KV tokens if published."""
+    labels = parse_metric_labels(metrics_text)
+    return StartupFacts(
+        kv_cache_tokens=_optional_int(labels.get("kv_cache_size_tokens")),
+        num_gpu_blocks=_optional_int(labels.get("num_gpu_blocks")),
+        block_size=_optional_int(labels.get("block_size")),
+    )
+
+
+def merge_facts(
+    log: StartupFacts, metrics: StartupFacts, *, startup_seconds: float | None = None
+) -> StartupFacts:
+    """Combine log and metrics facts: metrics win where both are set; add the measured time."""
+    merged = {
+        f.name: getattr(metrics, f.name)
+        if getattr(metrics, f.name) is not None
+        else getattr(log, f.name)
+        for f in fields(StartupFacts)
+    }
+    if startup_seconds is not None:
+        merged["startup_seconds"] = startup_seconds
+    return StartupFacts(**merged)

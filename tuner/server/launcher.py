@@ -1,0 +1,325 @@
+"""Start a vLLM server, wait until it is ready, hand back a handle; stop it leaving nothing behind.
+
+The lifecycle, in phases:
+
+1. reap: a new `Launcher` first stops server groups left by tuner processes that died.
+2. launch: `Popen` in a new session (its own process group), output to a log file per start,
+   the group recorded in a pid file.
+3. wait: poll `GET /health` while watching the process. Exit before 200, or no 200 within
+   the timeout, is a `StartupFailed` carrying the classified failure; the group is stopped.
+4. ready: read the startup facts from the log and from /metrics, return a `ServerHandle`.
+5. stop: SIGTERM to the group, SIGKILL after the grace period, then confirm that no process of
+   the group remains and that the port can be bound again; the pid file is removed.
+
+Interrupts (Ctrl-C) and exceptions during any phase stop the group before propagating.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import itertools
+import os
+import socket
+import subprocess
+import time
+import weakref
+from datetime import datetime
+from pathlib import Path
+from types import TracebackType
+
+import httpx
+
+from tuner.errors import ServerError, StartupFailed
+from tuner.records import ServerStartRecord, StartupFacts
+from tuner.server.facts import merge_facts, parse_cache_info, parse_log
+from tuner.server.failures import FailureKind, classify
+from tuner.server.reaper import (
+    PidRecord,
+    kill_group,
+    port_free,
+    reap_orphans,
+    register,
+    start_ticks,
+    unregister,
+)
+from tuner.server.spec import ServerSpec
+from tuner.settings import LaunchCommand, get_settings
+
+__all__ = ["Launcher", "ServerHandle", "free_port"]
+
+_POLL_S = 0.2
+_counter = itertools.count()
+_live: weakref.WeakSet[ServerHandle] = weakref.WeakSet()
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that is free on `host` now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+class ServerHandle:
+    """A running server: where it listens, what it became, and how to stop it."""
+
+    def __init__(
+        self,
+        *,
+        spec: ServerSpec,
+        process: subprocess.Popen[bytes],
+        port: int,
+        argv: list[str],
+        log_path: Path,
+        pid_file: Path,
+        start_ticks: int | None,
+        started_at: float,
+        attempt: int,
+    ) -> None:
+        self.spec = spec
+        self.port = port
+        self.argv = tuple(argv)
+        self.log_path = log_path
+        self.started_at = started_at
+        self.attempt = attempt
+        self.facts = StartupFacts()
+        self.ended_at: float | None = None
+        self.exit_status: int | None = None
+        self._process = process
+        self._pid_file = pid_file
+        self._start_ticks = start_ticks
+        self._stopped = False
+        _live.add(self)
+
+    @property
+    def pid(self) -> int:
+        """The server's main process (also its process group id)."""
+        return self._process.pid
+
+    @property
+    def base_url(self) -> str:
+        """`http://host:port` (no trailing slash); the OpenAI API is under `/v1`."""
+        return f"http://{self.spec.host}:{self.port}"
+
+    @property
+    def stopped(self) -> bool:
+        """True once `stop()` has completed."""
+        return self._stopped
+
+    def alive(self) -> bool:
+        """True while the main process runs and `stop()` has not been called."""
+        return not self._stopped and self._process.poll() is None
+
+    def record(self) -> ServerStartRecord:
+        """The row the driver stores for this start."""
+        return ServerStartRecord(
+            argv=self.argv,
+            env=dict(self.spec.env),
+            log_path=str(self.log_path),
+            attempt=self.attempt,
+            started_at=self.started_at,
+            ended_at=self.ended_at,
+            exit_status=self.exit_status,
+            facts=self.facts,
+        )
+
+    def stop(self, grace_s: float = 15.0) -> float:
+        """Stop the whole process group and confirm it is gone; return the seconds it took.
+
+        Idempotent. Raises `ServerError` if a process survives SIGKILL or the port stays bound.
+        """
+        if self._stopped:
+            return 0.0
+        began = time.monotonic()
+        survivors = _stop_group(self._process, self._start_ticks, grace_s)
+        self.exit_status = self._process.returncode
+        self.ended_at = time.time()
+        self._stopped = True
+        unregister(self._pid_file)
+        if survivors:
+            raise ServerError(
+                f"server group {self.pid} still has processes {survivors} after SIGKILL",
+                log_path=self.log_path,
+            )
+        deadline = time.monotonic() + 10.0
+        while not port_free(self.spec.host, self.port):
+            if time.monotonic() > deadline:
+                raise ServerError(
+                    f"port {self.port} is still bound after the server stopped",
+                    log_path=self.log_path,
+                )
+            time.sleep(0.05)
+        return time.monotonic() - began
+
+    def __enter__(self) -> ServerHandle:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"ServerHandle(pid={self.pid}, url={self.base_url!r}, log={str(self.log_path)!r})"
+
+
+def _stop_group(process: subprocess.Popen[bytes], ticks: int | None, grace_s: float) -> list[int]:
+    try:
+        survivors = kill_group(process.pid, grace_s=grace_s, since_ticks=ticks)
+    except BaseException:
+        # Interrupted while waiting for a graceful exit: do not leave the group behind.
+        kill_group(process.pid, grace_s=0.0, since_ticks=ticks)
+        raise
+    finally:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=5.0)
+    return survivors
+
+
+@atexit.register
+def _stop_live_handles() -> None:
+    # A handle not stopped by its owner (no context manager, an unhandled error) must not
+    # outlive this process; the reaper covers the cases where atexit does not run (SIGKILL).
+    for handle in list(_live):
+        with contextlib.suppress(Exception):
+            handle.stop(grace_s=5.0)
+
+
+class Launcher:
+    """Starts servers from `ServerSpec`s; one launcher may start many servers, one at a time."""
+
+    def __init__(
+        self,
+        *,
+        log_dir: Path | None = None,
+        state_dir: Path | None = None,
+        launch_command: LaunchCommand | None = None,
+        poll_s: float = _POLL_S,
+    ) -> None:
+        settings = get_settings()
+        self.log_dir = log_dir if log_dir is not None else settings.cache_path() / "logs"
+        self.state_dir = state_dir if state_dir is not None else settings.cache_path() / "run"
+        self.launch_command = launch_command or settings.launch_command()
+        self.poll_s = poll_s
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.reaped = reap_orphans(self.state_dir)
+
+    def _log_path(self, port: int, attempt: int) -> Path:
+        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+        return self.log_dir / f"vllm-{stamp}-{os.getpid()}-{next(_counter)}-p{port}-a{attempt}.log"
+
+    def launch(
+        self, spec: ServerSpec, *, timeout_s: float = 900.0, attempt: int = 0
+    ) -> ServerHandle:
+        """Start `spec` and wait until `/health` answers 200.
+
+        Args:
+            spec: The server to start.
+            timeout_s: Seconds to wait for readiness before giving up (`startup_timeout`).
+            attempt: Retry number for this trial, stored with the start record.
+
+        Returns:
+            A handle to the ready server (also a context manager that stops it).
+
+        Raises:
+            StartupFailed: The server exited or timed out before it was ready; the group is
+                stopped and `exc.failure` says why.
+        """
+        port = spec.port if spec.port is not None else free_port(spec.host)
+        argv = spec.argv(self.launch_command, port)
+        log_path = self._log_path(port, attempt)
+        started_at = time.time()
+        began = time.monotonic()
+        with open(log_path, "ab") as log:  # appends: group members share it
+            process = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=os.environ | spec.env,
+                start_new_session=True,
+            )
+        ticks = start_ticks(process.pid)
+        pid_file = register(
+            self.state_dir,
+            PidRecord(
+                pid=process.pid,
+                pgid=process.pid,
+                port=port,
+                started_at=started_at,
+                start_ticks=ticks,
+                owner_pid=os.getpid(),
+                owner_start_ticks=start_ticks(os.getpid()),
+                log_path=str(log_path),
+            ),
+        )
+        handle = ServerHandle(
+            spec=spec,
+            process=process,
+            port=port,
+            argv=argv,
+            log_path=log_path,
+            pid_file=pid_file,
+            start_ticks=ticks,
+            started_at=started_at,
+            attempt=attempt,
+        )
+        try:
+            ready, timed_out, metrics, ready_at = self._wait_ready(
+                handle, process, began + timeout_s
+            )
+        except BaseException:
+            handle.stop(grace_s=2.0)
+            raise
+        if not ready:
+            handle.stop(grace_s=2.0)
+            failure = classify(
+                log_path.read_text(errors="replace"),
+                process.returncode,
+                timed_out,
+                log_path=str(log_path),
+            )
+            if failure.kind is FailureKind.STARTUP_TIMEOUT:
+                failure = failure.with_context(details={"timeout_s": timeout_s})
+            raise StartupFailed(
+                failure.with_context(
+                    argv=tuple(argv),
+                    env=dict(spec.env),
+                    started_at=started_at,
+                    ended_at=handle.ended_at,
+                    exit_code=process.returncode if not timed_out else None,
+                )
+            )
+        handle.facts = merge_facts(
+            parse_log(log_path.read_text(errors="replace")),
+            parse_cache_info(metrics),
+            startup_seconds=ready_at - began,
+        )
+        return handle
+
+    def _wait_ready(
+        self, handle: ServerHandle, process: subprocess.Popen[bytes], deadline: float
+    ) -> tuple[bool, bool, str, float]:
+        """Poll /health until 200 (ready), the process exits, or the deadline passes."""
+        with httpx.Client(base_url=handle.base_url, timeout=5.0) as client:
+            while True:
+                if process.poll() is not None:
+                    return False, False, "", 0.0
+                try:
+                    if client.get("/health").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass  # connections are refused while the engine builds
+                if time.monotonic() > deadline:
+                    return False, True, "", 0.0
+                time.sleep(self.poll_s)
+            ready_at = time.monotonic()
+            try:
+                metrics = client.get("/metrics").text
+            except httpx.HTTPError:
+                metrics = ""  # facts then come from the log alone
+        return True, False, metrics, ready_at
