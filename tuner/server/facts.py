@@ -1,7 +1,8 @@
 """What a started server became: startup facts read from its log and from /metrics.
 
 vLLM logs its KV cache size, concurrency, load and init times once at startup (formats in
-DESIGN.md section 4, numbers with thousands commas, a `GPU`/`CPU` prefix on the KV line) and
+DESIGN.md section 4, numbers with thousands commas, a `GPU`/`CPU` prefix on the KV line; the
+CPU build's own lines for KV memory and weight loading) and
 publishes `vllm:cache_config_info` on /metrics. `parse_log` reads the first, `parse_cache_info`
 the second, and `merge_facts` combines them (the metrics win where both speak: they are what
 the engine really allocated).
@@ -24,6 +25,11 @@ _KV = re.compile(
 )
 _LOAD = re.compile(rf"Model loading took {_F} GiB memory and {_F} seconds")
 _AVAILABLE = re.compile(rf"Available KV cache memory: {_F} GiB")
+# The CPU build logs neither of the two lines above; it says how much it set aside for the KV
+# cache ("Explicitly set" with --kv-cache-memory-bytes, "Auto set" otherwise) and how long
+# the weights took to load.
+_CPU_KV = re.compile(rf"(?:Explicitly|Auto) set \({_F}/{_F}\) GiB for KV cache")
+_WEIGHTS = re.compile(rf"Loading weights took {_F} seconds")
 _GRAPHS = re.compile(rf"Graph capturing finished in {_F} secs, took {_F} GiB")
 _INIT = re.compile(rf"init engine \(profile, create kv cache, warmup model\) took {_F} s")
 _VERSIONS = (
@@ -59,7 +65,9 @@ def parse_log(text: str) -> StartupFacts:
         facts = replace(facts, kv_cache_tokens=_int(found[1]), max_concurrency=_float(found[3]))
     if found := _LOAD.search(text):
         facts = replace(facts, model_load_gib=_float(found[1]), model_load_seconds=_float(found[2]))
-    if found := _AVAILABLE.search(text):
+    elif found := _WEIGHTS.search(text):
+        facts = replace(facts, model_load_seconds=_float(found[1]))
+    if found := _AVAILABLE.search(text) or _CPU_KV.search(text):
         facts = replace(facts, available_kv_gib=_float(found[1]))
     if found := _GRAPHS.search(text):
         facts = replace(

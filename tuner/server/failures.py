@@ -151,6 +151,15 @@ _PATTERNS = (
         ),
         ("free_gib", "total_gib", "gpu_memory_utilization", "requested_gib"),
     ),
+    # The CPU build's form: the NUMA node has less free memory than the worker asked for.
+    _Pattern(
+        FailureKind.INSUFFICIENT_FREE_MEMORY,
+        re.compile(
+            rf"Available memory on node \d+ \({_GIB}/{_GIB} GiB\) on kv cache allocation is "
+            rf"less than requested memory for kv \({_GIB}/{_GIB} GiB\)[^\n]*"
+        ),
+        ("free_gib", "total_gib", "requested_kv_gib", "requested_gib"),
+    ),
 )
 
 # vLLM reports a rejected `--speculative-config` as a pydantic error of SpeculativeConfig (one

@@ -34,6 +34,27 @@ SPECULATIVE_METHODS: tuple[str, ...] = (
 _NEEDS_DRAFT = frozenset({"eagle", "eagle3", "draft_model"})
 # vLLM's `use_eagle()`: the drafters that read target hidden states and drop the last block.
 _EAGLE_STYLE = frozenset({"eagle", "eagle3", "mtp"})
+# Flags that ServerSpec fields render: extra_args may not repeat them, so that one spec is
+# one server and equal specs are equal servers.
+_FIELD_FLAGS = (
+    "--model",
+    "--host",
+    "--port",
+    "--served-model-name",
+    "--max-model-len",
+    "--gpu-memory-utilization",
+    "--max-num-seqs",
+    "--kv-cache-memory-bytes",
+    "--num-gpu-blocks-override",
+    "--enable-prefix-caching",
+    "--no-enable-prefix-caching",
+    "--tensor-parallel-size",
+    "-tp",
+    "--enable-auto-tool-choice",
+    "--tool-call-parser",
+    "--enable-prompt-tokens-details",
+    "--load-format",
+)
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Keys under which checkpoints declare their MTP layers (Qwen3-Next/DeepSeek, MiMo and others).
 _MTP_CONFIG_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers")
@@ -116,7 +137,8 @@ class ServerSpec(BaseModel):
     """One vLLM server configuration: everything that changes what the server becomes.
 
     Fields left as None are not passed, so vLLM's defaults apply. `extra_args` may carry any
-    flag that no field renders (or whose field is unset); `env` is added to the environment.
+    flag that no field renders (and `--speculative-config` when `speculative` is unset);
+    `env` is added to the server's environment.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -181,18 +203,16 @@ class ServerSpec(BaseModel):
         return self
 
     def _check_extra_args(self) -> None:
-        reserved = {"--model", "--host", "--port", "--served-model-name"}
-        reserved.update(flag for flag, _ in self._field_flags())
+        reserved = set(_FIELD_FLAGS)
+        # A raw `--speculative-config` is the way to pass what SpeculativeSpec cannot express
+        # (other methods, newer keys); it must not compete with the speculative field.
         if self.speculative is not None:
             reserved.add("--speculative-config")
         for arg in self.extra_args:
             if not arg or "\0" in arg:
                 raise ValueError(f"invalid extra argument {arg!r}")
             flag = arg.split("=", 1)[0]
-            if flag in reserved or flag in {
-                "--enable-prefix-caching",
-                "--no-enable-prefix-caching",
-            }:
+            if flag in reserved:
                 raise ValueError(
                     f"extra argument {flag} duplicates a ServerSpec field; set the field"
                 )
@@ -268,12 +288,17 @@ class ServerSpec(BaseModel):
         return [*launch.argv, *model, *self._names(), *address, *self._flags()]
 
     def serve_command(self) -> str:
-        """The `vllm serve MODEL ...` command a user pastes, quoted for a POSIX shell."""
+        """The `vllm serve MODEL ...` command a user pastes, quoted for a POSIX shell.
+
+        Environment variables of the spec come first (`NAME=value vllm serve ...`); the port
+        only when the spec fixes one.
+        """
         address = ["--host", self.host]
         if self.port is not None:
             address += ["--port", str(self.port)]
         argv = ["vllm", "serve", self.model, *self._names(), *address, *self._flags()]
-        return shlex.join(argv)
+        env = [f"{name}={shlex.quote(value)}" for name, value in sorted(self.env.items())]
+        return " ".join([*env, shlex.join(argv)])
 
 
 def _first_error(exc: ValidationError) -> str:

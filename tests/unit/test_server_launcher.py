@@ -1,0 +1,202 @@
+"""The real launcher driving the fake vLLM server: readiness, facts, failures, stop, reaping."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tuner.errors import StartupFailed
+from tuner.server import FailureKind, Launcher, ServerHandle, ServerSpec, free_port
+from tuner.server.reaper import group_members, port_free
+from tuner.settings import LaunchCommand
+
+FAKE = LaunchCommand((sys.executable, "-m", "tuner.testing.fake_vllm"))
+
+
+class RecordingLauncher(Launcher):
+    """The real launcher, remembering each started handle (to check failed starts' groups)."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        super().__init__(log_dir=tmp_path / "logs", state_dir=tmp_path / "run", launch_command=FAKE)
+        self.handles: list[ServerHandle] = []
+
+    def _wait_ready(self, handle: ServerHandle, *args: Any) -> Any:
+        self.handles.append(handle)
+        return super()._wait_ready(handle, *args)
+
+
+def _launcher(tmp_path: Path) -> RecordingLauncher:
+    return RecordingLauncher(tmp_path)
+
+
+def _spec(**env: str) -> ServerSpec:
+    return ServerSpec(model="fake-model", served_model_name="fake", env={**env})
+
+
+def _assert_gone(pid: int, port: int) -> None:
+    assert group_members(pid) == []
+    assert port_free("127.0.0.1", port)
+
+
+@pytest.fixture
+def launcher(tmp_path: Path) -> RecordingLauncher:
+    return _launcher(tmp_path)
+
+
+def test_launch_reads_facts_and_stop_leaves_nothing(launcher: RecordingLauncher) -> None:
+    spec = _spec(FAKE_VLLM_KV_TOKENS="4096", FAKE_VLLM_STARTUP_S="0.3")
+    handle = launcher.launch(spec, timeout_s=30)
+    assert httpx.get(f"{handle.base_url}/health").status_code == 200
+    assert handle.facts.kv_cache_tokens == 4096
+    assert handle.facts.num_gpu_blocks == 256
+    assert handle.facts.block_size == 16
+    assert handle.facts.max_concurrency == 0.5
+    assert handle.facts.vllm_version == "0.32.0"
+    assert handle.facts.startup_seconds is not None
+    assert 0.3 <= handle.facts.startup_seconds < 10
+    assert "GPU KV cache size: 4,096 tokens" in handle.log_path.read_text()
+    pid_files = list(launcher.state_dir.glob("server-*.json"))
+    assert [json.loads(p.read_text())["pid"] for p in pid_files] == [handle.pid]
+
+    stop_s = handle.stop()
+    assert 0 < stop_s < 5
+    _assert_gone(handle.pid, handle.port)
+    assert list(launcher.state_dir.glob("server-*.json")) == []
+    assert handle.stop() == 0.0  # idempotent
+    record = handle.record()
+    assert record.ended_at is not None and record.ended_at >= record.started_at
+    assert record.exit_status == 0  # the fake exits cleanly on SIGTERM
+    assert record.facts.kv_cache_tokens == 4096
+    assert record.env == {"FAKE_VLLM_KV_TOKENS": "4096", "FAKE_VLLM_STARTUP_S": "0.3"}
+
+
+def test_fixed_port_is_used(launcher: RecordingLauncher) -> None:
+    port = free_port()
+    with launcher.launch(_spec().replace(port=port), timeout_s=30) as handle:
+        assert handle.port == port
+        assert handle.base_url == f"http://127.0.0.1:{port}"
+        assert handle.argv[handle.argv.index("--port") + 1] == str(port)
+
+
+def test_mamba_failure_parses_numbers_and_the_clamped_retry_starts(
+    launcher: RecordingLauncher,
+) -> None:
+    spec = _spec(FAKE_VLLM_MAMBA_BLOCKS="501")
+    with pytest.raises(StartupFailed) as raised:
+        launcher.launch(spec, timeout_s=30, attempt=0)
+    failure = raised.value.failure
+    assert failure.kind is FailureKind.MAMBA_BLOCKS_EXCEEDED
+    assert failure.details == {"requested": 512, "available": 501}
+    assert failure.exit_code == 1
+    assert not failure.infeasible
+    assert Path(failure.log_path).is_file()
+    assert "exceeds available Mamba cache blocks (501)" in failure.excerpt
+    assert failure.argv[:3] == FAKE.argv
+    assert failure.env == {"FAKE_VLLM_MAMBA_BLOCKS": "501"}
+    assert failure.ended_at is not None and failure.ended_at >= failure.started_at
+    assert raised.value.log_path == Path(failure.log_path)
+    assert list(launcher.state_dir.glob("server-*.json")) == []
+    assert group_members(launcher.handles[0].pid) == []
+
+    retry = spec.replace(max_num_seqs=failure.details["available"])
+    with launcher.launch(retry, timeout_s=30, attempt=1) as handle:
+        assert handle.record().attempt == 1
+        assert "--max-num-seqs" in handle.argv
+
+
+def test_unknown_failure_is_a_crash_with_the_log_tail(launcher: RecordingLauncher) -> None:
+    with pytest.raises(StartupFailed) as raised:
+        launcher.launch(_spec(FAKE_VLLM_FAIL="RuntimeError: something odd"), timeout_s=30)
+    failure = raised.value.failure
+    assert failure.kind is FailureKind.CRASHED
+    assert failure.message == "exited with status 1: RuntimeError: something odd"
+    assert failure.details == {"exit_code": 1}
+    assert "vLLM API server version" in failure.excerpt
+
+
+def test_startup_timeout_stops_the_group(launcher: RecordingLauncher) -> None:
+    began = time.monotonic()
+    with pytest.raises(StartupFailed) as raised:
+        launcher.launch(_spec(FAKE_VLLM_STARTUP_S="60"), timeout_s=1.0)
+    failure = raised.value.failure
+    assert failure.kind is FailureKind.STARTUP_TIMEOUT
+    assert failure.details == {"timeout_s": 1.0}
+    assert failure.exit_code is None
+    assert time.monotonic() - began < 10
+    [handle] = launcher.handles
+    _assert_gone(handle.pid, handle.port)
+
+
+def test_context_manager_stops_on_error(launcher: RecordingLauncher) -> None:
+    with pytest.raises(RuntimeError, match="boom"), launcher.launch(_spec(), timeout_s=30) as h:
+        pid, port = h.pid, h.port
+        raise RuntimeError("boom")
+    _assert_gone(pid, port)
+
+
+def test_interrupt_while_waiting_stops_the_group(tmp_path: Path) -> None:
+    seen: dict[str, Any] = {}
+
+    class Interrupted(Launcher):
+        """Ctrl-C arrives while the server is still building its engine."""
+
+        def _wait_ready(self, handle: ServerHandle, *args: Any) -> Any:
+            seen["pid"] = handle.pid
+            seen["alive"] = group_members(handle.pid) != []
+            raise KeyboardInterrupt
+
+    launcher = Interrupted(
+        log_dir=tmp_path / "logs", state_dir=tmp_path / "run", launch_command=FAKE
+    )
+    with pytest.raises(KeyboardInterrupt):
+        launcher.launch(_spec(FAKE_VLLM_STARTUP_S="60"), timeout_s=30)
+    assert seen["alive"]
+    assert group_members(seen["pid"]) == []
+    assert list(launcher.state_dir.glob("server-*.json")) == []
+
+
+_HOLDER = """
+import sys, time
+from pathlib import Path
+from tuner.server import Launcher, ServerSpec
+from tuner.settings import LaunchCommand
+launcher = Launcher(log_dir=Path(sys.argv[1]), state_dir=Path(sys.argv[2]),
+                    launch_command=LaunchCommand((sys.executable, "-m", "tuner.testing.fake_vllm")))
+handle = launcher.launch(ServerSpec(model="fake"), timeout_s=30)
+print(handle.pid, handle.port, flush=True)
+time.sleep(600)
+"""
+
+
+def test_server_of_a_killed_owner_is_reaped_by_the_next_launcher(tmp_path: Path) -> None:
+    state_dir = tmp_path / "run"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, str(tmp_path / "logs"), str(state_dir)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None
+        pid, port = (int(x) for x in holder.stdout.readline().split())
+        # A live owner's server is left alone by other launchers sharing the directory.
+        assert _launcher(tmp_path).reaped == []
+        assert group_members(pid) != []
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+        if holder.stdout is not None:
+            holder.stdout.close()
+    time.sleep(0.2)
+    assert group_members(pid) != []  # SIGKILL runs no cleanup: the server is orphaned
+    reaping = _launcher(tmp_path)
+    assert [(r.pid, r.port) for r in reaping.reaped] == [(pid, port)]
+    _assert_gone(pid, port)
+    assert list(state_dir.glob("server-*.json")) == []
