@@ -39,6 +39,7 @@ class StudyAttr:
     MODEL: Final = "model"  # preset model name, e.g. "smollm2-135m"
     GPU: Final = "gpu"  # preset GPU name, e.g. "cpu"
     TUNER_VERSION: Final = "tuner_version"
+    DRIVER: Final = "driver"  # {"host", "pid"} of the driver process running the study
 
 
 class TrialAttr:
@@ -47,6 +48,7 @@ class TrialAttr:
     ROLE: Final = "role"  # one of ROLES
     CONTROL_OF: Final = "control_of"  # trial number of the candidate a control explains
     CONTROL_KIND: Final = "control_kind"  # one of CONTROL_KINDS
+    SPEC_OVERRIDES: Final = "spec_overrides"  # a control's changes to the params' ServerSpec
     SERVER_SPEC: Final = "server_spec"  # ServerSpec.model_dump(mode="json") actually launched
     SERVE_COMMAND: Final = "serve_command"  # `vllm serve MODEL ...` a user would paste
     MAX_NUM_SEQS_REQUESTED: Final = "max_num_seqs_requested"
@@ -67,3 +69,5 @@ class TrialAttr:
     INFEASIBLE: Final = "infeasible"  # True when the config cannot run on this card
     PRUNED_AT_TASKS: Final = "pruned_at_tasks"
     REQUEUED_FROM: Final = "requeued_from"  # number of the interrupted trial this one repeats
+    DUPLICATE_OF: Final = "duplicate_of"  # the trial whose params this one repeated (pruned)
+    CONSTRAINT: Final = "constraint"  # [c]; c > 0 means infeasible (read by the sampler)

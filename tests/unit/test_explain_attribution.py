@@ -1,0 +1,32 @@
+"""The attribution arithmetic of `tuner explain`, on the published numbers (DESIGN.md §1)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tuner.study.explain import attribute
+
+
+def test_published_mtp_loss_is_two_thirds_memory() -> None:
+    # No speculation 752 tasks/h; MTP depth 1 330; no speculation cut to MTP's KV cache 467.
+    a = attribute(baseline=752, candidate=330, kv_cut=467)
+    assert a.lost == 422
+    assert a.explained_by_memory == 285
+    assert a.memory_share == pytest.approx(285 / 422)
+    assert 0.66 < a.memory_share < 0.69  # "about two thirds"
+    assert a.sentence() == (
+        "the smaller KV cache explains 285 of the 422 tasks/h lost (68%); the rest is cache reuse"
+    )
+
+
+def test_no_loss_has_nothing_to_explain() -> None:
+    a = attribute(baseline=500, candidate=520, kv_cut=490)
+    assert a.memory_share is None
+    assert "no loss to explain" in a.sentence()
+
+
+def test_memory_cannot_explain_more_than_the_loss() -> None:
+    # Noise can make the KV-cut control lose more than the candidate did: report at most 100%.
+    a = attribute(baseline=600, candidate=500, kv_cut=450)
+    assert a.explained_by_memory == 150
+    assert "explains 100 of the 100 tasks/h lost (100%)" in a.sentence()

@@ -1,0 +1,286 @@
+"""Presets: a model, a GPU and the search space over a vLLM server's speculative configuration.
+
+A preset is a YAML file validated here (`extra="forbid"`, so a typo is an error, not a silent
+default). `--model M --gpu G` picks `search_spaces/M/G.yaml`; `--space FILE` takes any file.
+`suggest()` turns an Optuna trial into a `ServerSpec`; the space knows nothing of processes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import optuna
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from tuner.errors import ConfigError
+from tuner.server import ServerSpec, SpeculativeSpec
+from tuner.workload.settings import WorkloadSettings
+
+__all__ = [
+    "GpuPart",
+    "ModelPart",
+    "Preset",
+    "SearchSpace",
+    "known_presets",
+    "load_preset",
+    "preset_dir",
+]
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+Method = Literal["none", "ngram", "mtp", "eagle", "eagle3", "draft_model", "suffix"]
+
+
+class IntRange(BaseModel):
+    """An integer range searched by Optuna (inclusive)."""
+
+    model_config = _FROZEN
+    low: int = Field(ge=0)
+    high: int
+    step: int = 1
+
+    @model_validator(mode="after")
+    def _ordered(self) -> IntRange:
+        if self.high < self.low:
+            raise ValueError(f"high ({self.high}) must be >= low ({self.low})")
+        return self
+
+
+class FloatRange(BaseModel):
+    """A float range searched by Optuna (inclusive)."""
+
+    model_config = _FROZEN
+    low: float
+    high: float
+    step: float | None = None
+
+    @model_validator(mode="after")
+    def _ordered(self) -> FloatRange:
+        if self.high < self.low:
+            raise ValueError(f"high ({self.high}) must be >= low ({self.low})")
+        return self
+
+
+class ModelPart(BaseModel):
+    """What the model is and supports."""
+
+    model_config = _FROZEN
+    name: str
+    checkpoint: str = Field(description="HF id or local path; a test model name is prepared")
+    prepare: str | None = Field(default=None, description="test model to build into the cache")
+    served_name: str
+    max_model_len: int = Field(gt=0)
+    hybrid: bool = False
+    mtp_layers: int = Field(default=0, ge=0)
+    tool_call_parser: str | None = None
+    draft_models: dict[str, str] = Field(default_factory=dict)
+    load_format: str | None = None
+    enable_prefix_caching: bool = True
+    server_args: tuple[str, ...] = ()
+    server_env: dict[str, str] = Field(default_factory=dict)
+
+
+class GpuPart(BaseModel):
+    """The accelerator: its name, memory, how many, and how many one server spans."""
+
+    model_config = _FROZEN
+    name: str
+    memory_gib: float | None = None
+    count: int = Field(default=1, ge=1)
+    tensor_parallel_size: int = Field(default=1, ge=1)
+    # CPU presets: servers need no GPU; Ray slots then reserve none.
+    cpu: bool = False
+
+    @property
+    def slots(self) -> int:
+        """Servers that can run at once."""
+        return max(1, self.count // self.tensor_parallel_size)
+
+
+class SearchSpace(BaseModel):
+    """What the sampler may choose."""
+
+    model_config = _FROZEN
+    methods: tuple[Method, ...] = ("none", "ngram")
+    num_speculative_tokens: IntRange = IntRange(low=1, high=4)
+    prompt_lookup_min: IntRange = IntRange(low=1, high=4)
+    prompt_lookup_max: IntRange = IntRange(low=2, high=6)
+    gpu_memory_utilization: FloatRange | None = None
+    kv_cache_memory_bytes: tuple[int, ...] | None = None
+    max_num_seqs: tuple[int, ...] = (256,)
+    search_disable_eagle_block_drop: bool = False
+
+
+class Baseline(BaseModel):
+    """The first trial: no speculation with default memory settings."""
+
+    model_config = _FROZEN
+    gpu_memory_utilization: float | None = None
+    kv_cache_memory_bytes: int | None = None
+    max_num_seqs: int | None = None
+
+
+class Preset(BaseModel):
+    """A whole preset file."""
+
+    model_config = _FROZEN
+    model: ModelPart
+    gpu: GpuPart
+    space: SearchSpace
+    baseline: Baseline = Baseline()
+    workload: WorkloadSettings
+    startup_timeout_s: float = Field(default=1800.0, gt=0)
+    throughput_streams: tuple[int, ...] = (1, 8)
+    throughput_requests: int = Field(default=8, ge=1)
+    throughput_output_tokens: int = Field(default=128, ge=1)
+
+    @model_validator(mode="after")
+    def _supported(self) -> Preset:
+        methods = set(self.space.methods)
+        if "mtp" in methods and self.model.mtp_layers == 0:
+            raise ValueError(
+                f"method 'mtp' needs a model with MTP layers ({self.model.name} has 0)"
+            )
+        for method in ("eagle", "eagle3", "draft_model"):
+            if method in methods and method not in self.model.draft_models:
+                raise ValueError(f"method {method!r} needs model.draft_models.{method}")
+        if self.gpu.cpu and self.space.gpu_memory_utilization is not None:
+            raise ValueError(
+                "a CPU preset searches kv_cache_memory_bytes, not gpu_memory_utilization"
+            )
+        return self
+
+    @property
+    def study_name(self) -> str:
+        """The default study name: model and GPU."""
+        return f"{self.model.name}-{self.gpu.name}"
+
+    # ---- candidates ------------------------------------------------------------------------
+
+    def baseline_params(self) -> dict[str, Any]:
+        """Optuna params of the baseline trial (enqueued first)."""
+        params: dict[str, Any] = {"method": "none"}
+        if self.space.gpu_memory_utilization is not None:
+            params["gpu_memory_utilization"] = self.baseline.gpu_memory_utilization or 0.92
+        if self.space.kv_cache_memory_bytes is not None:
+            params["kv_cache_memory_bytes"] = self.baseline.kv_cache_memory_bytes or max(
+                self.space.kv_cache_memory_bytes
+            )
+        params["max_num_seqs"] = self.baseline.max_num_seqs or max(self.space.max_num_seqs)
+        return params
+
+    def suggest(self, trial: optuna.Trial) -> dict[str, Any]:
+        """Sample one candidate's params (conditional ones only where they apply)."""
+        s = self.space
+        params: dict[str, Any] = {"method": trial.suggest_categorical("method", list(s.methods))}
+        method = params["method"]
+        if method != "none":
+            d = s.num_speculative_tokens
+            params["num_speculative_tokens"] = trial.suggest_int(
+                "num_speculative_tokens", d.low, d.high, step=d.step
+            )
+        if method == "ngram":
+            lo = trial.suggest_int(
+                "prompt_lookup_min", s.prompt_lookup_min.low, s.prompt_lookup_min.high
+            )
+            hi_low = max(lo, s.prompt_lookup_max.low)
+            hi = trial.suggest_int(
+                "prompt_lookup_max", hi_low, max(hi_low, s.prompt_lookup_max.high)
+            )
+            params.update(prompt_lookup_min=lo, prompt_lookup_max=hi)
+        if s.gpu_memory_utilization is not None:
+            g = s.gpu_memory_utilization
+            params["gpu_memory_utilization"] = trial.suggest_float(
+                "gpu_memory_utilization", g.low, g.high, step=g.step
+            )
+        if s.kv_cache_memory_bytes is not None:
+            params["kv_cache_memory_bytes"] = trial.suggest_categorical(
+                "kv_cache_memory_bytes", list(s.kv_cache_memory_bytes)
+            )
+        params["max_num_seqs"] = trial.suggest_categorical("max_num_seqs", list(s.max_num_seqs))
+        if s.search_disable_eagle_block_drop and method in ("mtp", "eagle", "eagle3"):
+            params["disable_eagle_block_drop"] = trial.suggest_categorical(
+                "disable_eagle_block_drop", [False, True]
+            )
+        return params
+
+    def server_spec(self, params: dict[str, Any], *, model_path: str) -> ServerSpec:
+        """The server a set of params describes, with the preset's fixed parts."""
+        method = params.get("method", "none")
+        speculative = None
+        if method != "none":
+            speculative = SpeculativeSpec(
+                method=method,
+                num_speculative_tokens=params["num_speculative_tokens"],
+                prompt_lookup_min=params.get("prompt_lookup_min"),
+                prompt_lookup_max=params.get("prompt_lookup_max"),
+                draft_model=self.model.draft_models.get(method),
+                disable_eagle_block_drop=bool(params.get("disable_eagle_block_drop", False)),
+            )
+        m = self.model
+        return ServerSpec(
+            model=model_path,
+            served_model_name=m.served_name,
+            max_model_len=m.max_model_len,
+            gpu_memory_utilization=params.get("gpu_memory_utilization"),
+            kv_cache_memory_bytes=params.get("kv_cache_memory_bytes"),
+            max_num_seqs=params.get("max_num_seqs"),
+            enable_prefix_caching=m.enable_prefix_caching,
+            tensor_parallel_size=self.gpu.tensor_parallel_size,
+            tool_call_parser=m.tool_call_parser,
+            load_format=m.load_format,
+            mtp_layers=m.mtp_layers,
+            speculative=speculative,
+            extra_args=m.server_args,
+            env=dict(m.server_env),
+        )
+
+
+def preset_dir() -> Path:
+    """`search_spaces/` in the source tree, or its copy inside an installed wheel."""
+    package_dir = Path(__file__).resolve().parent.parent
+    for candidate in (package_dir / "_search_spaces", package_dir.parent / "search_spaces"):
+        if candidate.is_dir():
+            return candidate
+    raise ConfigError(f"the search_spaces directory is missing next to {package_dir}")
+
+
+def known_presets() -> list[tuple[str, str]]:
+    """(model, gpu) pairs shipped with tuner."""
+    root = preset_dir()
+    return sorted((p.parent.name, p.stem) for p in root.glob("*/*.yaml"))
+
+
+def _known_line() -> str:
+    return ", ".join(f"--model {m} --gpu {g}" for m, g in known_presets())
+
+
+def load_preset(
+    *, model: str | None = None, gpu: str | None = None, space: Path | None = None
+) -> Preset:
+    """Load a preset by name pair or from a file; one clear ConfigError when it is wrong."""
+    if space is not None:
+        path = Path(space)
+        if not path.is_file():
+            raise ConfigError(f"search-space file {path} does not exist")
+    else:
+        if not model or not gpu:
+            raise ConfigError(f"give --model and --gpu (known: {_known_line()}) or --space FILE")
+        path = preset_dir() / model / f"{gpu}.yaml"
+        if not path.is_file():
+            raise ConfigError(f"no preset for --model {model} --gpu {gpu}; known: {_known_line()}")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark is not None else "somewhere"
+        raise ConfigError(f"{path}: not valid YAML at {where}: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a preset is a mapping with model, gpu, space and workload")
+    try:
+        return Preset.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        raise ConfigError(f"{path}: {where}: {err['msg']}") from None
