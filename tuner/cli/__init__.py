@@ -11,7 +11,7 @@ import sys
 import click
 from pydantic import ValidationError
 
-from tuner.cli import db, models
+from tuner.cli import db, models, results  # results registers its commands
 from tuner.cli._app import app, console_err
 from tuner.errors import TunerError
 

@@ -1,0 +1,214 @@
+"""`tuner export`: which trial, why, and every format parses back to the same argv."""
+
+from __future__ import annotations
+
+import configparser
+import json
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tuner.cli import main
+from tuner.errors import StudyError
+from tuner.results import choose_export, load_results, render_export, serve_argv
+from tuner.results.export import FORMATS, systemd_quote
+from tuner.results.sample import SAMPLE_MODEL, Score, write_sample_study
+
+NGRAM_CONFIG = {
+    "method": "ngram",
+    "num_speculative_tokens": 3,
+    "prompt_lookup_min": 2,
+    "prompt_lookup_max": 5,
+}
+
+
+def _study(tmp: Path, name: str, ngram: Score) -> str:
+    url = f"sqlite:///{tmp / f'{name}.db'}"
+    write_sample_study(url, ngram=ngram)
+    return url
+
+
+@pytest.fixture(scope="module")
+def winning_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """n-gram beats the baseline (752 [730, 770]) beyond both intervals."""
+    return _study(tmp_path_factory.mktemp("export"), "win", Score(900.0, 850.0, 950.0))
+
+
+@pytest.fixture(scope="module")
+def overlapping_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """n-gram scores higher, but its low bound (760) is below the baseline's high bound (770)."""
+    return _study(tmp_path_factory.mktemp("export"), "overlap", Score(800.0, 760.0, 840.0))
+
+
+def _commands(text: str) -> list[str]:
+    """The shell text without comments and line continuations, as argv."""
+    body = "".join(line for line in text.splitlines(keepends=True) if not line.startswith("#"))
+    return shlex.split(body.replace("\\\n", " "))
+
+
+def _spec_config(argv: list[str]) -> dict[str, object]:
+    return dict(json.loads(argv[argv.index("--speculative-config") + 1]))
+
+
+def test_a_config_that_wins_beyond_the_intervals_is_exported(winning_url: str) -> None:
+    choice = choose_export(load_results(winning_url))
+    assert choice.trial.number == 1 and not choice.fell_back
+    assert "low bound 850 > the baseline's high bound 770" in choice.reason
+    text = render_export(choice)
+    argv = _commands(text)
+    assert argv[:3] == ["vllm", "serve", SAMPLE_MODEL]
+    assert _spec_config(argv) == NGRAM_CONFIG
+    assert argv[argv.index("--kv-cache-memory-bytes") + 1] == "2000000000"
+    assert argv[argv.index("--max-num-seqs") + 1] == "8"
+    assert "# successful tasks/h: 900 [850, 950]" in text
+    assert "# baseline (no speculation, #0): 752 [730, 770]" in text
+    assert "KV cache tokens: 27,405; prompt tokens from the cache: 61%" in text
+
+
+def test_a_config_inside_the_baselines_interval_falls_back(overlapping_url: str) -> None:
+    choice = choose_export(load_results(overlapping_url))
+    assert choice.fell_back
+    assert (choice.trial.number, choice.best.number) == (0, 1)
+    assert "its low bound 760 <= the baseline's high bound 770" in choice.reason
+    text = render_export(choice)
+    argv = _commands(text)
+    assert "--speculative-config" not in argv
+    assert "# why this one: the best config, #1 (n-gram depth 3" in text
+    doc = json.loads(render_export(choice, "json"))
+    assert (doc["measured"]["trial"], doc["best"]["trial"]) == (0, 1)
+    assert doc["best"]["interval"] == [760.0, 840.0]
+
+
+def test_the_baseline_wins_outright(tmp_path: Path) -> None:
+    choice = choose_export(load_results(_study(tmp_path, "lose", Score(648, 620, 680))))
+    assert choice.trial.number == 0 and not choice.fell_back
+    assert choice.reason.startswith("no speculation (the baseline, #0) did the most")
+
+
+def test_controls_are_never_exported(tmp_path: Path) -> None:
+    # The control (#5, 467 tasks/h) beats a bad n-gram trial; the baseline still wins, and the
+    # control is never a candidate even when it scores highest.
+    results = load_results(_study(tmp_path, "ctl", Score(100, 90, 110)))
+    assert choose_export(results).trial.number == 0
+    only_control = type(results)(
+        results.study_name, results.storage, None, None, (results.trials[5],)
+    )
+    with pytest.raises(StudyError, match="no completed feasible trial to export yet"):
+        choose_export(only_control)
+
+
+def test_shell_export_runs_through_bash_unchanged(winning_url: str, tmp_path: Path) -> None:
+    choice = choose_export(load_results(winning_url))
+    script = tmp_path / "serve.sh"
+    # A stand-in `vllm` prints the argv bash handed it: the real shell's quoting is the test.
+    script.write_text(
+        'vllm() { python3 -c "import json, sys; print(json.dumps(sys.argv[1:]))" "$@"; }\n'
+        + render_export(choice)
+    )
+    out = subprocess.run(["bash", str(script)], capture_output=True, text=True, check=True)
+    assert ["vllm", *json.loads(out.stdout)] == serve_argv(choice.trial)
+    assert serve_argv(choice.trial) == shlex.split(choice.trial.serve_command or "")
+
+
+def test_json_and_yaml_carry_argv_and_measurements(winning_url: str) -> None:
+    choice = choose_export(load_results(winning_url))
+    doc = json.loads(render_export(choice, "json"))
+    assert yaml.safe_load(render_export(choice, "yaml")) == doc
+    assert doc["argv"] == serve_argv(choice.trial)
+    assert shlex.split(doc["command"]) == doc["argv"]
+    assert _spec_config(doc["argv"]) == NGRAM_CONFIG
+    assert doc["measured"] == {
+        "trial": 1,
+        "config": "n-gram depth 3 (lookup 2-5), KV 2.00 GB, max seqs 8",
+        "successful_tasks_per_hour": 900.0,
+        "interval": [850.0, 950.0],
+        "solved": 2,
+        "tasks": 3,
+        "kv_cache_tokens": 27405,
+        "prompt_tokens_from_cache_pct": pytest.approx(61.0),
+        "preemptions": 2,
+    }
+    assert doc["baseline"]["successful_tasks_per_hour"] == 752.0
+    assert "best" not in doc
+
+
+def _unsystemd(line: str) -> list[str]:
+    # Every argument here is plain or single-quoted without backslashes, where systemd's
+    # splitting equals POSIX's; specifiers (%%) and variables ($$) are unescaped after.
+    return [a.replace("%%", "%").replace("$$", "$") for a in shlex.split(line)]
+
+
+def test_systemd_unit_parses_and_execs_the_same_argv(winning_url: str) -> None:
+    choice = choose_export(load_results(winning_url))
+    parser = configparser.ConfigParser(interpolation=None, strict=True)
+    parser.optionxform = str  # type: ignore[assignment,method-assign]
+    parser.read_string(render_export(choice, "systemd"))
+    assert parser.sections() == ["Unit", "Service", "Install"]
+    assert parser["Install"]["WantedBy"] == "multi-user.target"
+    exec_start = _unsystemd(parser["Service"]["ExecStart"])
+    assert exec_start == ["/usr/bin/env", *serve_argv(choice.trial)]
+
+
+@pytest.mark.parametrize(
+    ("arg", "quoted"),
+    [
+        ("--max-num-seqs", "--max-num-seqs"),
+        ("/models/a b", "'/models/a b'"),
+        ("50%", "50%%"),
+        ('{"x": "$HOME"}', """'{"x": "$$HOME"}'"""),
+        ("it's", '"it\'s"'),
+        ('a\\"b c', '"a\\\\\\"b c"'),
+    ],
+)
+def test_systemd_quote(arg: str, quoted: str) -> None:
+    assert systemd_quote(arg) == quoted
+
+
+def test_compose_service_runs_the_image_with_the_same_arguments(winning_url: str) -> None:
+    choice = choose_export(load_results(winning_url))
+    doc = yaml.safe_load(render_export(choice, "compose"))
+    service = doc["services"]["vllm"]
+    assert service["image"] == "vllm/vllm-openai:v0.32.0"
+    argv = serve_argv(choice.trial)
+    # The image's entrypoint is `vllm serve`; only the host changes, to listen in the container.
+    expected = argv[2:]
+    expected[expected.index("--host") + 1] = "0.0.0.0"
+    assert service["command"] == expected
+    assert service["ports"] == ["127.0.0.1:8000:8000"]
+    devices = service["deploy"]["resources"]["reservations"]["devices"]
+    assert devices == [{"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}]
+
+
+def test_cli_export_prints_each_format(
+    winning_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for fmt in FORMATS:
+        main(["export", "--storage", winning_url, "--format", fmt])
+        out = capsys.readouterr().out
+        assert out == render_export(choose_export(load_results(winning_url)), fmt)
+
+
+def test_cli_export_rejects_an_unknown_format(
+    winning_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["export", "--storage", winning_url, "--format", "toml"])
+    assert info.value.code == 2
+    assert "toml" in capsys.readouterr().err
+
+
+def test_cli_export_without_a_study_lists_the_studies(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"sqlite:///{tmp_path / 'two.db'}"
+    write_sample_study(url, study_name="alpha")
+    write_sample_study(url, study_name="beta")
+    with pytest.raises(SystemExit) as info:
+        main(["export", "--storage", url])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "choose one with --study: alpha, beta" in err
+    assert "Traceback" not in err

@@ -1,0 +1,87 @@
+"""`tuner export`, `tuner report`, `tuner dashboard`: what a user takes away from a study."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+
+import typer
+
+from tuner.cli._app import StorageOption, app, console, console_err
+from tuner.results import FORMATS, choose_export, load_results, render_export, write_report
+from tuner.results.dashboard import serve_dashboard
+from tuner.results.report import summary_lines, terminal_tables, to_rich
+from tuner.settings import get_settings
+from tuner.storage import masked
+
+__all__ = ["dashboard_cmd", "export_cmd", "report_cmd"]
+
+_STUDY_HELP = "Study name (default: the only study in the storage)."
+
+# Typer shows an Enum's values as the allowed choices and rejects others in one line.
+ExportFormat = Enum("ExportFormat", {name: name for name in FORMATS}, type=str)  # type: ignore[misc]
+
+
+def _url(storage: str | None) -> str:
+    return storage or get_settings().storage_url()
+
+
+@app.command("export")
+def export_cmd(
+    study: str | None = typer.Option(None, "--study", help=_STUDY_HELP),
+    fmt: ExportFormat = typer.Option(
+        "shell",
+        "--format",
+        help="shell: a `vllm serve` command; json/yaml: argv and measurements; "
+        "systemd: a unit file; compose: a service on the vllm/vllm-openai image.",
+    ),
+    storage: StorageOption = None,
+) -> None:
+    """Print the best feasible config as a `vllm serve MODEL ...` command, with the evidence.
+
+    A speculative config is exported only when it beats no speculation beyond both intervals.
+    """
+    choice = choose_export(load_results(_url(storage), study))
+    typer.echo(render_export(choice, fmt.value), nl=False)
+
+
+@app.command("report")
+def report_cmd(
+    study: str | None = typer.Option(None, "--study", help=_STUDY_HELP),
+    out: Path = typer.Option(
+        Path("tuner-report"), "--out", help="Directory for report.md, report.html and PNGs."
+    ),
+    storage: StorageOption = None,
+) -> None:
+    """Print the study's tables and write them with plots as Markdown, PNG and HTML."""
+    results = load_results(_url(storage), study)
+    for line in summary_lines(results):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+    for table in terminal_tables(results):
+        console.print(to_rich(table))
+    files = write_report(results, out)
+    console.print(
+        f"wrote {files.markdown}, {files.html} and {len(files.plots)} plots",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+@app.command("dashboard")
+def dashboard_cmd(
+    storage: StorageOption = None,
+    host: str = typer.Option(
+        "127.0.0.1", "--host", help="Address to bind (0.0.0.0 exposes it to the network)."
+    ),
+    port: int = typer.Option(8080, "--port", min=1, max=65535, help="Port to listen on."),
+) -> None:
+    """Serve optuna-dashboard on the study storage (Ctrl-C stops it)."""
+    url = _url(storage)
+    console_err.print(
+        f"optuna-dashboard for {masked(url)} on http://{host}:{port}/",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
+    serve_dashboard(url, host=host, port=port)

@@ -1,0 +1,36 @@
+"""Results users act on: load a study, export the server to run, write the report.
+
+`load_results` reads a study (Optuna trials joined with tuner's tables) into frozen rows;
+`choose_export`/`render_export` give the `vllm serve` command to deploy; `write_report` writes
+tables, plots and a self-contained HTML page.
+"""
+
+from tuner.results.export import FORMATS, ExportChoice, choose_export, render_export, serve_argv
+from tuner.results.files import ReportFiles, write_report
+from tuner.results.loading import (
+    ReuseCounts,
+    StudyResults,
+    TrialRow,
+    load_results,
+    open_optuna_storage,
+    resolve_study_name,
+)
+from tuner.results.report import ReportTable, report_tables
+
+__all__ = [
+    "FORMATS",
+    "ExportChoice",
+    "ReportFiles",
+    "ReportTable",
+    "ReuseCounts",
+    "StudyResults",
+    "TrialRow",
+    "choose_export",
+    "load_results",
+    "open_optuna_storage",
+    "render_export",
+    "report_tables",
+    "resolve_study_name",
+    "serve_argv",
+    "write_report",
+]

@@ -1,0 +1,55 @@
+"""One self-contained HTML page for a study: summary, tables, and the plots inlined as base64.
+
+The page loads nothing from anywhere (no scripts, fonts, styles or images by URL), so it can be
+mailed, attached to a ticket or opened on a machine without network.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping
+from html import escape
+
+from tuner.results.loading import StudyResults
+from tuner.results.report import ReportTable, report_tables, summary_lines
+
+__all__ = ["render_html"]
+
+_CSS = """
+body { font-family: system-ui, sans-serif; margin: 2rem; color: #1d3557; }
+table { border-collapse: collapse; margin: 1rem 0 2rem; font-size: 0.9rem; }
+th, td { border: 1px solid #ccd; padding: 0.3rem 0.6rem; text-align: right; }
+th { background: #f1faee; }
+td:nth-child(-n+2), th:nth-child(-n+2) { text-align: left; }
+img { max-width: 100%; display: block; margin: 1rem 0; }
+"""
+
+
+def _table(t: ReportTable) -> str:
+    head = "".join(f"<th>{escape(c)}</th>" for c in t.columns)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in row) + "</tr>" for row in t.rows
+    )
+    return (
+        f"<h2>{escape(t.title)}</h2>\n"
+        f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    )
+
+
+def render_html(results: StudyResults, pngs: Mapping[str, bytes]) -> str:
+    """The report page; `pngs` maps file names to PNG bytes (as `render_plots` returns)."""
+    title = f"tuner report: {results.study_name}"
+    summary = "".join(f"<li>{escape(line)}</li>" for line in summary_lines(results))
+    tables = "\n".join(_table(t) for t in report_tables(results))
+    images = "\n".join(
+        f'<figure><img alt="{escape(name)}" '
+        f'src="data:image/png;base64,{base64.b64encode(png).decode("ascii")}"></figure>'
+        for name, png in pngs.items()
+    )
+    return (
+        "<!DOCTYPE html>\n"
+        '<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{escape(title)}</title><style>{_CSS}</style></head>\n"
+        f"<body><h1>{escape(title)}</h1><ul>{summary}</ul>\n{tables}\n"
+        f"<h2>Plots</h2>\n{images}\n</body></html>\n"
+    )

@@ -1,0 +1,380 @@
+"""Read a finished (or running) study back: Optuna trials joined with tuner's tables.
+
+`load_results` gives one frozen `TrialRow` per trial. Measurements come from tuner's own tables
+where they exist (they hold every task and step) and fall back to the trial's user attributes
+(`tuner.study.attrs.TrialAttr`), so a study whose tables were lost still reports what Optuna kept.
+Every measurement is `None` when it was not measured; nothing is guessed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from tuner.errors import StudyError
+from tuner.records import ServerStartRecord, ThroughputRecord, WorkloadRecord
+from tuner.storage import Store, masked, normalize_url, open_engine
+from tuner.study.attrs import StudyAttr, TrialAttr
+
+__all__ = [
+    "REUSE_CLASSES",
+    "ReuseCounts",
+    "StudyResults",
+    "TrialRow",
+    "describe_config",
+    "load_results",
+    "open_optuna_storage",
+    "resolve_study_name",
+]
+
+# Per-step prefix reuse against the previous step's prompt (DESIGN.md section 6); the first
+# step of a task has nothing to reuse and is not counted.
+REUSE_CLASSES = ("all", "one_block_short", "partial", "none")
+
+_METHOD_NAMES = {
+    "ngram": "n-gram",
+    "ngram_gpu": "n-gram (GPU)",
+    "mtp": "MTP",
+    "eagle": "EAGLE",
+    "eagle3": "EAGLE-3",
+    "dflash": "DFlash",
+    "draft_model": "draft model",
+    "suffix": "suffix",
+}
+
+
+@dataclass(frozen=True)
+class ReuseCounts:
+    """How many scored steps reused their previous prompt in each way."""
+
+    all: int = 0
+    one_block_short: int = 0
+    partial: int = 0
+    none: int = 0
+
+    @property
+    def total(self) -> int:
+        """Steps counted (first steps of tasks excluded)."""
+        return self.all + self.one_block_short + self.partial + self.none
+
+    def fractions(self) -> dict[str, float]:
+        """Share of steps per class, in `REUSE_CLASSES` order (empty when nothing counted)."""
+        if self.total == 0:
+            return {}
+        return {name: getattr(self, name) / self.total for name in REUSE_CLASSES}
+
+
+@dataclass(frozen=True)
+class TrialRow:
+    """One trial as a user reads it: its config, its state and what it measured."""
+
+    number: int
+    state: str  # "complete" | "pruned" | "fail" | "running" | "waiting"
+    role: str  # "baseline" | "candidate" | "control"
+    params: Mapping[str, Any] = field(default_factory=dict)
+    value: float | None = None
+    control_of: int | None = None
+    control_kind: str | None = None
+    infeasible: bool = False
+    failure_kind: str | None = None
+    failure_reason: str | None = None
+    pruned_at_tasks: int | None = None
+    serve_command: str | None = None
+    server_spec: Mapping[str, Any] | None = None
+    vllm_version: str | None = None
+    kv_cache_tokens: int | None = None
+    tasks: int | None = None
+    successes: int | None = None
+    tasks_per_hour: float | None = None
+    tasks_per_hour_low: float | None = None
+    tasks_per_hour_high: float | None = None
+    cache_hit_pct: float | None = None
+    reuse: ReuseCounts | None = None
+    preemptions: int | None = None
+    energy_per_success_j: float | None = None
+    tokens_per_s: Mapping[int, float] = field(default_factory=dict)  # streams -> output tok/s
+    spec_drafts: int | None = None
+    accepted_per_pos: tuple[int, ...] | None = None
+    acceptance_rate: float | None = None
+    completed_at: datetime | None = None
+
+    @property
+    def method(self) -> str:
+        """Speculative method ("none" for no speculation)."""
+        return str(self.params.get("method", "none"))
+
+    @property
+    def feasible(self) -> bool:
+        """Completed with a score, and the config could run on the card."""
+        return self.state == "complete" and not self.infeasible and self.value is not None
+
+    @property
+    def exportable(self) -> bool:
+        """A feasible trial that a user may deploy (controls only explain others)."""
+        return self.feasible and self.role != "control"
+
+    @property
+    def label(self) -> str:
+        """What the config is, in words (controls say which trial they explain)."""
+        if self.role == "control":
+            what = {
+                "kv_cut": "no speculation cut to its KV cache",
+                "no_block_drop": "last cache block kept",
+            }.get(self.control_kind or "", self.control_kind or "control")
+            return f"control for #{self.control_of}: {what}"
+        return describe_config(self.params)
+
+    @property
+    def acceptance_by_position(self) -> tuple[float, ...] | None:
+        """Share of drafts whose token at each position was accepted (vLLM's per-position)."""
+        if not self.accepted_per_pos or not self.spec_drafts:
+            return None
+        return tuple(n / self.spec_drafts for n in self.accepted_per_pos)
+
+
+@dataclass(frozen=True)
+class StudyResults:
+    """A study's trials, ordered by number, with the study's own attributes."""
+
+    study_name: str
+    storage: str  # masked URL, safe to print
+    model: str | None
+    gpu: str | None
+    trials: tuple[TrialRow, ...]
+
+    @property
+    def baseline(self) -> TrialRow | None:
+        """The feasible baseline trial (the first, if the study ran it more than once)."""
+        return next((t for t in self.trials if t.role == "baseline" and t.feasible), None)
+
+    def measured(self) -> list[TrialRow]:
+        """Trials with a score: completed feasible ones and pruned ones, controls included."""
+        return [
+            t
+            for t in self.trials
+            if (t.feasible or t.state == "pruned") and t.tasks_per_hour is not None
+        ]
+
+    def not_run(self) -> list[TrialRow]:
+        """Trials that produced no score: infeasible or failed."""
+        return [t for t in self.trials if t.infeasible or t.state == "fail"]
+
+
+def describe_config(params: Mapping[str, Any]) -> str:
+    """A config in words: "n-gram depth 3 (lookup 2-5), KV 2.00 GB, max seqs 8"."""
+    method = str(params.get("method", "none"))
+    if method == "none":
+        parts = ["no speculation"]
+    else:
+        text = f"{_METHOD_NAMES.get(method, method)} depth {params.get('num_speculative_tokens')}"
+        if "prompt_lookup_min" in params or "prompt_lookup_max" in params:
+            text += f" (lookup {params.get('prompt_lookup_min')}-{params.get('prompt_lookup_max')})"
+        if params.get("disable_eagle_block_drop"):
+            text += ", last block kept"
+        parts = [text]
+    if params.get("kv_cache_memory_bytes") is not None:
+        parts.append(f"KV {float(params['kv_cache_memory_bytes']) / 1e9:.2f} GB")
+    if params.get("gpu_memory_utilization") is not None:
+        parts.append(f"gpu mem {float(params['gpu_memory_utilization']):.2f}")
+    if params.get("max_num_seqs") is not None:
+        parts.append(f"max seqs {params['max_num_seqs']}")
+    return ", ".join(parts)
+
+
+def open_optuna_storage(url: str) -> optuna.storages.RDBStorage:
+    """Optuna's storage on a tuner URL; an unusable URL fails in one line (StorageError)."""
+    open_engine(url).dispose()  # connects once: a bad URL or a down server fails here, clearly
+    return optuna.storages.RDBStorage(normalize_url(url))
+
+
+def resolve_study_name(storage: optuna.storages.BaseStorage, study: str | None, url: str) -> str:
+    """`study` if it exists; with none given, the only study in the storage.
+
+    Raises:
+        StudyError: the study does not exist, the storage is empty, or it holds several
+            studies and none was named (the line lists their names).
+    """
+    names = sorted(s.study_name for s in storage.get_all_studies())
+    if study is not None:
+        if study not in names:
+            known = ", ".join(names) or "none"
+            raise StudyError(f"no study named {study!r} in {masked(url)} (studies: {known})")
+        return study
+    if not names:
+        raise StudyError(f"{masked(url)} holds no study yet; run `tuner optimize` first")
+    if len(names) > 1:
+        raise StudyError(
+            f"{masked(url)} holds {len(names)} studies; choose one with --study: "
+            + ", ".join(names)
+        )
+    return names[0]
+
+
+def load_results(url: str, study: str | None = None) -> StudyResults:
+    """Read study `study` (or the only one) from `url` into frozen rows.
+
+    Raises:
+        StorageError: the URL cannot be opened.
+        StudyError: no such study, or the study cannot be chosen (see `resolve_study_name`).
+    """
+    storage = open_optuna_storage(url)
+    try:
+        name = resolve_study_name(storage, study, url)
+        loaded = optuna.load_study(study_name=name, storage=storage)
+        trials = loaded.get_trials(deepcopy=False)
+        study_attrs = loaded.user_attrs
+    finally:
+        with contextlib.suppress(Exception):  # disposing a pool must not hide the real error
+            storage.remove_session()
+            storage.engine.dispose()
+    store = Store(url)
+    try:
+        rows = tuple(_row(t, _TrialTables.read(store, name, t.number)) for t in trials)
+    finally:
+        store.close()
+    return StudyResults(
+        study_name=name,
+        storage=masked(url),
+        model=_opt_str(study_attrs.get(StudyAttr.MODEL)),
+        gpu=_opt_str(study_attrs.get(StudyAttr.GPU)),
+        trials=tuple(sorted(rows, key=lambda r: r.number)),
+    )
+
+
+@dataclass(frozen=True)
+class _TrialTables:
+    starts: Sequence[ServerStartRecord]
+    workload: WorkloadRecord | None
+    throughput: Sequence[ThroughputRecord]
+
+    @classmethod
+    def read(cls, store: Store, study: str, number: int) -> _TrialTables:
+        runs = store.workload_runs(study, number, with_tasks=True)
+        return cls(
+            starts=[s.record for s in store.server_starts(study, number)],
+            workload=runs[-1].record if runs else None,  # a re-run replaces, the last one counts
+            throughput=[t.record for t in store.throughput_runs(study, number)],
+        )
+
+
+_STATES = {
+    TrialState.COMPLETE: "complete",
+    TrialState.PRUNED: "pruned",
+    TrialState.FAIL: "fail",
+    TrialState.RUNNING: "running",
+    TrialState.WAITING: "waiting",
+}
+
+
+def _row(trial: FrozenTrial, tables: _TrialTables) -> TrialRow:
+    ua = trial.user_attrs
+    w = tables.workload
+    infeasible = bool(ua.get(TrialAttr.INFEASIBLE)) or any(
+        v > 0 for v in trial.constraints.values()
+    )
+    started = [s for s in tables.starts if s.facts.kv_cache_tokens is not None]
+    facts = started[-1].facts if started else None
+    tph: float | None
+    low: float | None
+    high: float | None
+    if w is not None:
+        tph, low, high = w.tasks_per_hour, w.tasks_per_hour_low, w.tasks_per_hour_high
+    else:
+        tph = _opt_float(ua.get(TrialAttr.TASKS_PER_HOUR))
+        low = _opt_float(ua.get(TrialAttr.TASKS_PER_HOUR_LOW))
+        high = _opt_float(ua.get(TrialAttr.TASKS_PER_HOUR_HIGH))
+    if tph is None and trial.state == TrialState.COMPLETE and not infeasible:
+        tph = trial.value
+    spec = ua.get(TrialAttr.SERVER_SPEC)
+    return TrialRow(
+        number=trial.number,
+        state=_STATES.get(trial.state, trial.state.name.lower()),
+        role=str(ua.get(TrialAttr.ROLE, "baseline" if trial.number == 0 else "candidate")),
+        params=dict(trial.params),
+        value=trial.value,
+        control_of=_opt_int(ua.get(TrialAttr.CONTROL_OF)),
+        control_kind=_opt_str(ua.get(TrialAttr.CONTROL_KIND)),
+        infeasible=infeasible,
+        failure_kind=_opt_str(ua.get(TrialAttr.FAILURE_KIND)),
+        failure_reason=_opt_str(ua.get(TrialAttr.FAILURE_REASON)),
+        pruned_at_tasks=_opt_int(ua.get(TrialAttr.PRUNED_AT_TASKS)),
+        serve_command=_opt_str(ua.get(TrialAttr.SERVE_COMMAND)),
+        server_spec=dict(spec) if isinstance(spec, Mapping) else None,
+        vllm_version=facts.vllm_version if facts else None,
+        kv_cache_tokens=(
+            facts.kv_cache_tokens if facts else _opt_int(ua.get(TrialAttr.KV_CACHE_TOKENS))
+        ),
+        tasks=w.tasks if w else None,
+        successes=w.successes if w else None,
+        tasks_per_hour=tph,
+        tasks_per_hour_low=low,
+        tasks_per_hour_high=high,
+        cache_hit_pct=_cache_hit_pct(w, ua),
+        reuse=_reuse(w),
+        preemptions=(
+            w.preemptions
+            if w is not None and w.preemptions is not None
+            else _opt_int(ua.get(TrialAttr.PREEMPTIONS))
+        ),
+        energy_per_success_j=_energy_per_success(w, ua),
+        tokens_per_s={t.streams: t.output_tokens_per_s for t in tables.throughput},
+        spec_drafts=w.spec_drafts if w else None,
+        accepted_per_pos=w.spec_accepted_per_pos if w else None,
+        acceptance_rate=(
+            w.acceptance_rate
+            if w is not None and w.acceptance_rate is not None
+            else _opt_float(ua.get(TrialAttr.ACCEPTANCE_RATE))
+        ),
+        completed_at=trial.datetime_complete,
+    )
+
+
+def _cache_hit_pct(w: WorkloadRecord | None, ua: Mapping[str, Any]) -> float | None:
+    # vLLM's prefix-cache counters (hits / queries, in tokens) are the published
+    # "prompt tokens from the cache"; per-step cached_tokens are the fallback.
+    if w is not None and w.prefix_cache_hit_ratio is not None:
+        return 100.0 * w.prefix_cache_hit_ratio
+    if w is not None:
+        steps = [s for t in w.task_records if not t.warmup for s in t.steps]
+        prompt = sum(s.prompt_tokens for s in steps)
+        if steps and prompt and all(s.cached_tokens is not None for s in steps):
+            return 100.0 * sum(s.cached_tokens or 0 for s in steps) / prompt
+    return _opt_float(ua.get(TrialAttr.CACHE_HIT_PCT))
+
+
+def _reuse(w: WorkloadRecord | None) -> ReuseCounts | None:
+    if w is None or not w.task_records:
+        return None
+    counts = dict.fromkeys(REUSE_CLASSES, 0)
+    for task in w.task_records:
+        if task.warmup:
+            continue
+        for step in task.steps:
+            if step.reuse_class in counts:
+                counts[step.reuse_class] += 1
+    reuse = ReuseCounts(**counts)
+    return reuse if reuse.total else None
+
+
+def _energy_per_success(w: WorkloadRecord | None, ua: Mapping[str, Any]) -> float | None:
+    if w is not None and w.energy_joules is not None and w.successes:
+        return w.energy_joules / w.successes
+    return _opt_float(ua.get(TrialAttr.ENERGY_PER_TASK_J))
+
+
+def _opt_float(v: object) -> float | None:
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+
+def _opt_int(v: object) -> int | None:
+    return int(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+
+def _opt_str(v: object) -> str | None:
+    return str(v) if v is not None else None

@@ -1,0 +1,219 @@
+"""The report's tables: per config, the numbers of DESIGN.md section 1, as text cells.
+
+`report_tables` turns a study into `ReportTable`s (plain strings, "not measured" where a value is
+None); `to_markdown` and `to_rich` only lay them out, so tests check the cells once for both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from rich.table import Table
+from rich.text import Text
+
+from tuner.errors import StudyError
+from tuner.results.export import choose_export
+from tuner.results.loading import REUSE_CLASSES, StudyResults, TrialRow
+
+__all__ = [
+    "CONFIG_COLUMNS",
+    "NOT_MEASURED",
+    "ReportTable",
+    "config_table",
+    "not_run_table",
+    "report_markdown",
+    "report_tables",
+    "summary_lines",
+    "terminal_tables",
+    "to_markdown",
+    "to_rich",
+]
+
+NOT_MEASURED: Final = "not measured"
+CONFIG_COLUMNS: Final = (
+    "trial",
+    "config",
+    "plain tokens/s, 1 stream",
+    "plain tokens/s, 8 streams",
+    "KV cache tokens",
+    "solved",
+    "successful tasks/h [interval]",
+    "prompt tokens from cache",
+    "reuse: all",
+    "reuse: one block short",
+    "reuse: partial",
+    "reuse: none",
+    "preemptions",
+    "energy per successful task",
+)
+_NOT_RUN_COLUMNS: Final = ("trial", "config", "outcome", "failure kind", "reason")
+_TEXT_COLUMNS: Final = frozenset({"trial", "config", "outcome", "failure kind", "reason"})
+# Fourteen columns do not fit a terminal: it shows the scores and the diagnostics apart.
+_TERMINAL_SPLIT: Final = (
+    ("Scores", CONFIG_COLUMNS[:2] + CONFIG_COLUMNS[4:8] + CONFIG_COLUMNS[12:13]),
+    (
+        "Diagnostics",
+        CONFIG_COLUMNS[:1] + CONFIG_COLUMNS[2:4] + CONFIG_COLUMNS[8:12] + CONFIG_COLUMNS[13:],
+    ),
+)
+
+
+@dataclass(frozen=True)
+class ReportTable:
+    """A titled table of text cells."""
+
+    title: str
+    columns: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+
+    def select(self, title: str, columns: tuple[str, ...]) -> ReportTable:
+        """The same rows with only `columns`, in that order."""
+        idx = [self.columns.index(c) for c in columns]
+        return ReportTable(title, columns, tuple(tuple(row[i] for i in idx) for row in self.rows))
+
+    def column(self, name: str) -> list[str]:
+        """The cells of one column, top to bottom."""
+        i = self.columns.index(name)
+        return [row[i] for row in self.rows]
+
+
+def _or_nm(value: object, fmt: str = "{}") -> str:
+    return NOT_MEASURED if value is None else fmt.format(value)
+
+
+def _interval(t: TrialRow) -> str:
+    if t.tasks_per_hour is None:
+        return NOT_MEASURED
+    if t.tasks_per_hour_low is None or t.tasks_per_hour_high is None:
+        return f"{t.tasks_per_hour:,.0f}"
+    return f"{t.tasks_per_hour:,.0f} [{t.tasks_per_hour_low:,.0f}, {t.tasks_per_hour_high:,.0f}]"
+
+
+def _config(t: TrialRow) -> str:
+    label = t.label
+    if t.role == "baseline":
+        label += " (baseline)"
+    if t.state == "pruned":
+        at = f" at {t.pruned_at_tasks} tasks" if t.pruned_at_tasks is not None else ""
+        label += f" (pruned{at})"
+    return label
+
+
+def _config_row(t: TrialRow) -> tuple[str, ...]:
+    solved = f"{t.successes}/{t.tasks}" if t.successes is not None and t.tasks is not None else None
+    reuse = t.reuse.fractions() if t.reuse is not None else {}
+    return (
+        f"#{t.number}",
+        _config(t),
+        _or_nm(t.tokens_per_s.get(1), "{:,.1f}"),
+        _or_nm(t.tokens_per_s.get(8), "{:,.1f}"),
+        _or_nm(t.kv_cache_tokens, "{:,}"),
+        _or_nm(solved),
+        _interval(t),
+        _or_nm(t.cache_hit_pct, "{:.0f}%"),
+        *(_or_nm(reuse.get(name), "{:.0%}") for name in REUSE_CLASSES),
+        _or_nm(t.preemptions, "{:,}"),
+        _or_nm(t.energy_per_success_j, "{:,.0f} J"),
+    )
+
+
+def _order(t: TrialRow) -> tuple[int, int]:
+    # The baseline first (the reference every other row is read against), then by number.
+    return (0 if t.role == "baseline" else 1, t.number)
+
+
+def config_table(results: StudyResults) -> ReportTable:
+    """One row per measured config (completed, pruned and control trials)."""
+    rows = tuple(_config_row(t) for t in sorted(results.measured(), key=_order))
+    return ReportTable("Configs measured", CONFIG_COLUMNS, rows)
+
+
+def not_run_table(results: StudyResults) -> ReportTable:
+    """One row per trial that produced no score: infeasible configs and crashes."""
+    rows = tuple(
+        (
+            f"#{t.number}",
+            t.label,
+            "infeasible" if t.infeasible else "failed",
+            t.failure_kind or "unknown",
+            t.failure_reason or "",
+        )
+        for t in results.not_run()
+    )
+    return ReportTable("Configs that did not run", _NOT_RUN_COLUMNS, rows)
+
+
+def report_tables(results: StudyResults) -> list[ReportTable]:
+    """The report's tables; the second only when some trial did not run."""
+    tables = [config_table(results)]
+    not_run = not_run_table(results)
+    if not_run.rows:
+        tables.append(not_run)
+    return tables
+
+
+def terminal_tables(results: StudyResults) -> list[ReportTable]:
+    """The report's tables cut to terminal width: scores, diagnostics, trials that did not run."""
+    tables = report_tables(results)
+    config = tables[0]
+    return [config.select(title, cols) for title, cols in _TERMINAL_SPLIT] + tables[1:]
+
+
+def summary_lines(results: StudyResults) -> list[str]:
+    """What the study is and what `tuner export` would hand out, in a few lines."""
+    where = ", ".join(
+        x for x in (results.model and f"model {results.model}", results.gpu and results.gpu) if x
+    )
+    lines = [
+        f"Study {results.study_name!r}"
+        + (f" ({where})" if where else "")
+        + f" in {results.storage}",
+        f"{len(results.trials)} trials: {len(results.measured())} measured, "
+        f"{len(results.not_run())} did not run",
+    ]
+    try:
+        choice = choose_export(results)
+    except StudyError as exc:
+        lines.append(f"Nothing to export yet: {exc.message}")
+    else:
+        t = choice.trial
+        lines.append(f"Export: trial #{t.number} ({t.label}): {choice.reason}")
+    return lines
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def to_markdown(table: ReportTable) -> str:
+    """A GitHub-flavoured Markdown table with its title as a heading."""
+    lines = [
+        f"## {table.title}",
+        "",
+        "| " + " | ".join(_md_cell(c) for c in table.columns) + " |",
+        "|" + "---|" * len(table.columns),
+    ]
+    lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in table.rows]
+    return "\n".join(lines) + "\n"
+
+
+def report_markdown(results: StudyResults, images: list[str] | None = None) -> str:
+    """The whole report.md: summary, tables and (relative) links to the PNGs."""
+    parts = [f"# tuner report: {results.study_name}", ""]
+    parts += [f"- {line}" for line in summary_lines(results)]
+    parts.append("")
+    parts += [to_markdown(t) for t in report_tables(results)]
+    for name in images or []:
+        parts.append(f"![{name}]({name})\n")
+    return "\n".join(parts)
+
+
+def to_rich(table: ReportTable) -> Table:
+    """A rich table for the terminal (numbers right-aligned)."""
+    out = Table(title=table.title, show_lines=False)
+    for name in table.columns:
+        out.add_column(Text(name), justify="left" if name in _TEXT_COLUMNS else "right")
+    for row in table.rows:
+        out.add_row(*(Text(cell) for cell in row))  # cells are data, never rich markup
+    return out

@@ -1,0 +1,288 @@
+"""A small study with known numbers, written like `tuner optimize` writes one.
+
+Real Optuna trials (with the attributes of `tuner.study.attrs`) and real rows in tuner's tables,
+so tests of export/report/dashboard read the same storage a real study leaves, and anyone can
+try the commands without a GPU: `write_sample_study("sqlite:///sample.db")`.
+
+The trials: #0 baseline (no speculation), #1 n-gram depth 3 (its score is a parameter, to move
+it above or below the baseline's interval), #2 an infeasible n-gram depth 5, #3 a crash, #4 a
+pruned MTP candidate, #5 a control of #1 (no speculation cut to #1's KV cache).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import optuna
+from optuna.distributions import CategoricalDistribution, IntDistribution
+from optuna.trial import TrialState, create_trial
+
+from tuner.records import (
+    ServerStartRecord,
+    StartupFacts,
+    StepRecord,
+    TaskRecord,
+    ThroughputRecord,
+    WorkloadRecord,
+)
+from tuner.results.loading import open_optuna_storage
+from tuner.server.spec import ServerSpec, SpeculativeSpec
+from tuner.storage import Store, TrialMeasurements
+from tuner.study.attrs import StudyAttr, TrialAttr
+
+__all__ = ["SAMPLE_MODEL", "Score", "write_sample_study"]
+
+SAMPLE_MODEL = "/models/SmolLM2 135M"  # a space on purpose: quoting must survive it
+_KV_BYTES = 2_000_000_000
+_DISTRIBUTIONS = {
+    "method": CategoricalDistribution(["none", "ngram", "mtp"]),
+    "num_speculative_tokens": IntDistribution(1, 5),
+    "prompt_lookup_min": IntDistribution(1, 5),
+    "prompt_lookup_max": IntDistribution(1, 8),
+    "kv_cache_memory_bytes": IntDistribution(500_000_000, 4_000_000_000),
+    "max_num_seqs": IntDistribution(1, 16),
+}
+
+
+@dataclass(frozen=True)
+class Score:
+    """Successful tasks/h with its interval."""
+
+    value: float
+    low: float
+    high: float
+
+
+def _tasks(classes: list[list[str]], successes: int) -> tuple[TaskRecord, ...]:
+    """One warm-up task (all "none", which must not count) and the scored tasks."""
+    warmup = TaskRecord(
+        0, "warmup-0", "ledger", 0, True, True, None, 0.0, 5.0, _steps(["none"] * 3)
+    )
+    scored = tuple(
+        TaskRecord(
+            i + 1,
+            f"task-{i}",
+            "ledger",
+            i,
+            False,
+            i < successes,
+            None if i < successes else "wrong balance",
+            5.0 + i,
+            10.0,
+            _steps(steps),
+        )
+        for i, steps in enumerate(classes)
+    )
+    return (warmup, *scored)
+
+
+def _steps(classes: list[str]) -> tuple[StepRecord, ...]:
+    kinds = ["first", *classes]
+    return tuple(
+        StepRecord(i, 1000 + 200 * i, 800 * i, 80, 0.05, 0.5, kind) for i, kind in enumerate(kinds)
+    )
+
+
+def _workload(score: Score, **kw: object) -> WorkloadRecord:
+    tasks: tuple[TaskRecord, ...] = kw.pop("task_records")  # type: ignore[assignment]
+    scored = [t for t in tasks if not t.warmup]
+    successes = sum(t.success for t in scored)
+    return WorkloadRecord(
+        mode="replay",
+        task_set_hash="sample",
+        seed=0,
+        agents=2,
+        tasks=len(scored),
+        successes=successes,
+        scored_wall_s=3600.0 * successes / score.value,
+        tasks_per_hour=score.value,
+        tasks_per_hour_low=score.low,
+        tasks_per_hour_high=score.high,
+        success_rate=successes / len(scored),
+        success_rate_low=0.5,
+        success_rate_high=1.0,
+        task_records=tasks,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def _start(
+    spec: ServerSpec, kv_tokens: int | None, failure: str | None = None
+) -> ServerStartRecord:
+    return ServerStartRecord(
+        argv=tuple(spec.serve_command().split()),
+        env={},
+        log_path="sample-server.log",
+        failure_kind=failure,
+        facts=StartupFacts(kv_cache_tokens=kv_tokens, vllm_version="0.32.0+cpu"),
+    )
+
+
+def _attrs(role: str, spec: ServerSpec, **extra: object) -> dict[str, object]:
+    return {
+        TrialAttr.ROLE: role,
+        TrialAttr.SERVER_SPEC: spec.model_dump(mode="json"),
+        TrialAttr.SERVE_COMMAND: spec.serve_command(),
+        **extra,
+    }
+
+
+def write_sample_study(
+    url: str,
+    *,
+    study_name: str = "sample",
+    ngram: Score = Score(648.0, 620.0, 680.0),
+    baseline: Score = Score(752.0, 730.0, 770.0),
+) -> str:
+    """Write the sample study into `url` and return its name."""
+    storage = open_optuna_storage(url)
+    study = optuna.create_study(storage=storage, study_name=study_name, direction="maximize")
+    study.set_user_attr(StudyAttr.MODEL, "smollm2-135m")
+    study.set_user_attr(StudyAttr.GPU, "cpu")
+    store = Store(url)
+
+    def add(state: TrialState, params: dict[str, object], value: float | None, **kw: object) -> int:
+        trial = create_trial(
+            state=state,
+            value=value,
+            params=params,
+            distributions={k: _DISTRIBUTIONS[k] for k in params},
+            **kw,  # type: ignore[arg-type]
+        )
+        study.add_trial(trial)
+        return len(study.get_trials(deepcopy=False)) - 1
+
+    base_params = {"method": "none", "kv_cache_memory_bytes": _KV_BYTES, "max_num_seqs": 8}
+    base_spec = ServerSpec(model=SAMPLE_MODEL, kv_cache_memory_bytes=_KV_BYTES, max_num_seqs=8)
+    n = add(
+        TrialState.COMPLETE,
+        base_params,
+        baseline.value,
+        user_attrs=_attrs("baseline", base_spec, **{TrialAttr.KV_CACHE_TOKENS: 36253}),
+        constraints={"0": 0.0},
+    )
+    base_tasks = _tasks([["all", "all", "partial"], ["all", "all", "none"], ["all"] * 3], 3)
+    store.save_trial(
+        study_name,
+        n,
+        TrialMeasurements(
+            (_start(base_spec, 36253),),
+            _workload(
+                baseline, task_records=base_tasks, prefix_cache_hit_ratio=0.78, preemptions=0
+            ),
+            (ThroughputRecord(1, 4, 1024, 25.6), ThroughputRecord(8, 16, 4096, 27.2)),
+        ),
+    )
+
+    ngram_params = {**base_params, "method": "ngram", "num_speculative_tokens": 3}
+    ngram_params |= {"prompt_lookup_min": 2, "prompt_lookup_max": 5}
+    ngram_spec = base_spec.replace(
+        speculative=SpeculativeSpec(
+            method="ngram", num_speculative_tokens=3, prompt_lookup_min=2, prompt_lookup_max=5
+        )
+    )
+    n = add(
+        TrialState.COMPLETE,
+        ngram_params,
+        ngram.value,
+        user_attrs=_attrs("candidate", ngram_spec),
+        constraints={"0": 0.0},
+    )
+    ngram_classes = [
+        ["one_block_short", "all", "partial"],
+        ["all", "one_block_short", "none"],
+        ["all", "one_block_short", "partial"],
+    ]
+    ngram_tasks = _tasks(ngram_classes, 2)
+    store.save_trial(
+        study_name,
+        n,
+        TrialMeasurements(
+            (_start(ngram_spec, 27405),),
+            _workload(
+                ngram,
+                task_records=ngram_tasks,
+                prefix_cache_hit_ratio=0.61,
+                preemptions=2,
+                spec_drafts=200,
+                spec_draft_tokens=600,
+                spec_accepted_tokens=180,
+                spec_accepted_per_pos=(100, 60, 20),
+                energy_joules=5000.0,
+            ),
+            (ThroughputRecord(1, 4, 1024, 16.0), ThroughputRecord(8, 16, 4096, 20.48)),
+        ),
+    )
+
+    deep_spec = base_spec.replace(
+        speculative=SpeculativeSpec(method="ngram", num_speculative_tokens=5)
+    )
+    n = add(
+        TrialState.COMPLETE,
+        {**base_params, "method": "ngram", "num_speculative_tokens": 5},
+        0.0,
+        user_attrs=_attrs(
+            "candidate",
+            deep_spec,
+            **{
+                TrialAttr.INFEASIBLE: True,
+                TrialAttr.FAILURE_KIND: "no_cache_memory",
+                TrialAttr.FAILURE_REASON: "No available memory for the cache blocks.",
+            },
+        ),
+        constraints={"0": 1.0},
+    )
+    store.save_trial(
+        study_name, n, TrialMeasurements((_start(deep_spec, None, "no_cache_memory"),))
+    )
+
+    n = add(
+        TrialState.FAIL,
+        {**base_params, "max_num_seqs": 4},
+        None,
+        user_attrs=_attrs(
+            "candidate",
+            base_spec.replace(max_num_seqs=4),
+            **{TrialAttr.FAILURE_KIND: "unknown", TrialAttr.FAILURE_REASON: "Engine core died"},
+        ),
+    )
+
+    mtp_spec = base_spec.replace(mtp_layers=1).replace(
+        speculative=SpeculativeSpec(method="mtp", num_speculative_tokens=1)
+    )
+    add(
+        TrialState.PRUNED,
+        {**base_params, "method": "mtp", "num_speculative_tokens": 1},
+        None,
+        user_attrs=_attrs(
+            "candidate",
+            mtp_spec,
+            **{
+                TrialAttr.TASKS_PER_HOUR: 300.0,
+                TrialAttr.TASKS_PER_HOUR_LOW: 250.0,
+                TrialAttr.TASKS_PER_HOUR_HIGH: 350.0,
+                TrialAttr.KV_CACHE_TOKENS: 19727,
+                TrialAttr.PRUNED_AT_TASKS: 4,
+            },
+        ),
+        intermediate_values={2: 280.0, 4: 300.0},
+    )
+
+    cut_spec = base_spec.replace(kv_cache_memory_bytes=1_500_000_000)
+    n = add(
+        TrialState.COMPLETE,
+        {**base_params, "kv_cache_memory_bytes": 1_500_000_000},
+        467.0,
+        user_attrs=_attrs(
+            "control",
+            cut_spec,
+            **{TrialAttr.CONTROL_OF: 1, TrialAttr.CONTROL_KIND: "kv_cut"},
+            **{TrialAttr.TASKS_PER_HOUR_LOW: 440.0, TrialAttr.TASKS_PER_HOUR_HIGH: 490.0},
+            **{TrialAttr.TASKS_PER_HOUR: 467.0, TrialAttr.KV_CACHE_TOKENS: 27405},
+        ),
+        constraints={"0": 0.0},
+    )
+    store.close()
+    storage.remove_session()
+    storage.engine.dispose()
+    return study_name
