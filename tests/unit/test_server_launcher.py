@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -13,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tuner.errors import StartupFailed
+from tuner.errors import ServerError, StartupFailed
 from tuner.server import FailureKind, Launcher, ServerHandle, ServerSpec, free_port
 from tuner.server.reaper import group_members, port_free
 from tuner.settings import LaunchCommand
@@ -76,6 +77,16 @@ def test_launch_reads_facts_and_stop_leaves_nothing(launcher: RecordingLauncher)
     assert record.exit_status == 0  # the fake exits cleanly on SIGTERM
     assert record.facts.kv_cache_tokens == 4096
     assert record.env == {"FAKE_VLLM_KV_TOKENS": "4096", "FAKE_VLLM_STARTUP_S": "0.3"}
+
+
+def test_fixed_port_in_use_is_refused_before_launch(launcher: RecordingLauncher) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(ServerError, match=f"port {port} on 127.0.0.1 is in use"):
+            launcher.launch(_spec().replace(port=port), timeout_s=30)
+    assert launcher.handles == []
 
 
 def test_fixed_port_is_used(launcher: RecordingLauncher) -> None:
@@ -200,3 +211,19 @@ def test_server_of_a_killed_owner_is_reaped_by_the_next_launcher(tmp_path: Path)
     assert [(r.pid, r.port) for r in reaping.reaped] == [(pid, port)]
     _assert_gone(pid, port)
     assert list(state_dir.glob("server-*.json")) == []
+
+
+def test_a_picked_port_taken_before_the_bind_is_retried_on_another(
+    launcher: RecordingLauncher, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tuner.server.launcher as launcher_module
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))  # bound, not listening: binds fail, connections refused
+        picks = iter([taken.getsockname()[1], free_port()])
+        monkeypatch.setattr(launcher_module, "free_port", lambda host: next(picks))
+        with launcher.launch(_spec(FAKE_VLLM_STARTUP_S="0"), timeout_s=30) as handle:
+            assert handle.port != taken.getsockname()[1]
+    first, second = launcher.handles
+    assert "Address already in use" in first.log_path.read_text()
+    assert second is handle

@@ -23,7 +23,6 @@ import os
 import socket
 import subprocess
 import time
-import weakref
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
@@ -50,7 +49,10 @@ __all__ = ["Launcher", "ServerHandle", "free_port"]
 
 _POLL_S = 0.2
 _counter = itertools.count()
-_live: weakref.WeakSet[ServerHandle] = weakref.WeakSet()
+_PORT_RETRIES = 2
+_PORT_TAKEN = "Address already in use"
+# Handles not yet stopped (strong references: a dropped handle must still be stopped at exit).
+_live: set[ServerHandle] = set()
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -128,6 +130,11 @@ class ServerHandle:
 
         Idempotent. Raises `ServerError` if a process survives SIGKILL or the port stays bound.
         """
+        return self._stop(grace_s, check_port=True)
+
+    def _stop(self, grace_s: float, *, check_port: bool) -> float:
+        # A start that failed may never have owned its port (someone else held it), so only
+        # a server that became ready is required to leave its port bindable.
         if self._stopped:
             return 0.0
         began = time.monotonic()
@@ -135,6 +142,7 @@ class ServerHandle:
         self.exit_status = self._process.returncode
         self.ended_at = time.time()
         self._stopped = True
+        _live.discard(self)
         unregister(self._pid_file)
         if survivors:
             raise ServerError(
@@ -142,7 +150,7 @@ class ServerHandle:
                 log_path=self.log_path,
             )
         deadline = time.monotonic() + 10.0
-        while not port_free(self.spec.host, self.port):
+        while check_port and not port_free(self.spec.host, self.port):
             if time.monotonic() > deadline:
                 raise ServerError(
                     f"port {self.port} is still bound after the server stopped",
@@ -183,7 +191,7 @@ def _stop_group(process: subprocess.Popen[bytes], ticks: int | None, grace_s: fl
 def _stop_live_handles() -> None:
     # A handle not stopped by its owner (no context manager, an unhandled error) must not
     # outlive this process; the reaper covers the cases where atexit does not run (SIGKILL).
-    for handle in list(_live):
+    for handle in list(_live):  # stop() removes each from the set
         with contextlib.suppress(Exception):
             handle.stop(grace_s=5.0)
 
@@ -228,7 +236,24 @@ class Launcher:
         Raises:
             StartupFailed: The server exited or timed out before it was ready; the group is
                 stopped and `exc.failure` says why.
+            ServerError: `spec.port` is already in use.
         """
+        # A port we picked can be taken by someone else before vLLM binds it (several workers
+        # on one host); then vLLM exits at once and another free port is tried.
+        for retry in range(_PORT_RETRIES + 1):
+            try:
+                return self._start(spec, timeout_s=timeout_s, attempt=attempt)
+            except StartupFailed as exc:
+                failure = exc.failure
+                lost_port = _PORT_TAKEN in failure.excerpt or _PORT_TAKEN in failure.message
+                if spec.port is not None or not lost_port or retry == _PORT_RETRIES:
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _start(self, spec: ServerSpec, *, timeout_s: float, attempt: int) -> ServerHandle:
+        if spec.port is not None and not port_free(spec.host, spec.port):
+            # Another server there would answer our /health polls before vLLM fails to bind.
+            raise ServerError(f"port {spec.port} on {spec.host} is in use; free it or unset port")
         port = spec.port if spec.port is not None else free_port(spec.host)
         argv = spec.argv(self.launch_command, port)
         log_path = self._log_path(port, attempt)
@@ -244,19 +269,23 @@ class Launcher:
                 start_new_session=True,
             )
         ticks = start_ticks(process.pid)
-        pid_file = register(
-            self.state_dir,
-            PidRecord(
-                pid=process.pid,
-                pgid=process.pid,
-                port=port,
-                started_at=started_at,
-                start_ticks=ticks,
-                owner_pid=os.getpid(),
-                owner_start_ticks=start_ticks(os.getpid()),
-                log_path=str(log_path),
-            ),
-        )
+        try:
+            pid_file = register(
+                self.state_dir,
+                PidRecord(
+                    pid=process.pid,
+                    pgid=process.pid,
+                    port=port,
+                    started_at=started_at,
+                    start_ticks=ticks,
+                    owner_pid=os.getpid(),
+                    owner_start_ticks=start_ticks(os.getpid()),
+                    log_path=str(log_path),
+                ),
+            )
+        except BaseException:
+            _stop_group(process, ticks, grace_s=0.0)
+            raise
         handle = ServerHandle(
             spec=spec,
             process=process,
@@ -273,10 +302,10 @@ class Launcher:
                 handle, process, began + timeout_s
             )
         except BaseException:
-            handle.stop(grace_s=2.0)
+            handle._stop(2.0, check_port=False)
             raise
         if not ready:
-            handle.stop(grace_s=2.0)
+            handle._stop(2.0, check_port=False)
             failure = classify(
                 log_path.read_text(errors="replace"),
                 process.returncode,
