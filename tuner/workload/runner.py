@@ -1,0 +1,329 @@
+"""The workload runner: N closed-loop agents over one client, warm-up, then the scored window.
+
+Phases of `run_workload`:
+
+1. Check the server answers (`/health`), read its KV block size from /metrics.
+2. Warm-up: the agents work the warm-up tasks (another seed; not scored) until all are done.
+3. Scored window: scrape /metrics, start the energy meter and the clock; the agents pull the
+   scored tasks in fixed order, one task at a time each (closed loop); `should_stop()` is asked
+   before every task, and a True ends the window early with what was measured.
+4. Stop the clock and the meter, scrape /metrics again, score, return a `WorkloadRecord`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tuner.errors import WorkloadError
+from tuner.metrics.energy import EnergyMeter
+from tuner.metrics.prometheus import counter_deltas, scrape_metrics
+from tuner.metrics.scoring import score_tasks
+from tuner.records import TaskRecord, WorkloadRecord
+from tuner.workload.agent import AgentContext, Outcome, live_task, replay_task
+from tuner.workload.replay import ReplayScript, load_traces, script_for_task
+from tuner.workload.settings import WorkloadSettings
+from tuner.workload.tasks import Task, build_task_set, task_set_hash
+from tuner.workload.tokens import TokenCounter
+
+__all__ = [
+    "RunProgress",
+    "make_client",
+    "normalise_base_url",
+    "run_workload",
+    "run_workload_sync",
+]
+
+DEFAULT_BLOCK_SIZE = 16  # vLLM's GPU default when the server does not say
+
+
+@dataclass(frozen=True)
+class RunProgress:
+    """Progress of the scored window, reported after every scored task."""
+
+    tasks_done: int
+    tasks_total: int
+    successes: int
+    elapsed_s: float
+    tasks_per_hour: float
+
+
+@dataclass(frozen=True)
+class _Job:
+    index: int
+    warmup: bool
+    task: Task | None  # live mode
+    script: ReplayScript | None  # replay mode
+
+    @property
+    def ident(self) -> tuple[str, str, int]:
+        source = self.task if self.task is not None else self.script
+        assert source is not None
+        return source.task_id, source.template, source.seed
+
+
+@dataclass
+class _Phase:
+    jobs: deque[_Job]
+    started: float
+    records: list[TaskRecord] = field(default_factory=list)
+    gaps_s: list[float] = field(default_factory=list)
+
+
+def normalise_base_url(url: str) -> str:
+    """`http://host:port` from a URL that may end in `/` or `/v1`."""
+    url = url.rstrip("/")
+    return url[: -len("/v1")] if url.endswith("/v1") else url
+
+
+def _jobs(settings: WorkloadSettings) -> tuple[list[_Job], list[_Job], str]:
+    """Warm-up jobs, scored jobs, and the task-set hash."""
+    if settings.traces is not None:
+        if settings.mode != "replay":
+            raise WorkloadError("traces are replayed: use --mode replay with --traces")
+        scripts = load_traces(settings.traces)
+        warm = scripts[: settings.warmup_tasks] if len(scripts) > settings.warmup_tasks else []
+        scored = scripts[len(warm) :][: settings.tasks]
+        digest = task_set_hash([s.task_id for s in scored], settings.shape)
+        warm_jobs = [_Job(i, True, None, s) for i, s in enumerate(warm)]
+        return warm_jobs, [_Job(i, False, None, s) for i, s in enumerate(scored)], digest
+    scored_tasks = build_task_set(settings)
+    warm_tasks = build_task_set(settings, warmup=True)
+    digest = task_set_hash([t.task_id for t in scored_tasks], settings.shape)
+
+    def job(i: int, warmup: bool, task: Task) -> _Job:
+        if settings.mode == "live":
+            return _Job(i, warmup, task, None)
+        return _Job(i, warmup, None, script_for_task(task, settings))
+
+    warm_jobs = [job(i, True, t) for i, t in enumerate(warm_tasks)]
+    return warm_jobs, [job(i, False, t) for i, t in enumerate(scored_tasks)], digest
+
+
+async def _run_job(ctx: AgentContext, job: _Job, clock_zero: float) -> tuple[TaskRecord, Outcome]:
+    outcome = Outcome()
+    started = time.perf_counter()
+    try:
+        async with asyncio.timeout(ctx.settings.task_deadline_s):
+            if job.task is not None:
+                await live_task(ctx, job.task, outcome)
+            else:
+                assert job.script is not None
+                await replay_task(ctx, job.script, outcome)
+    except TimeoutError:
+        outcome.success = False
+        outcome.failure_reason = "deadline"
+    wall = time.perf_counter() - started
+    task_id, template, seed = job.ident
+    record = TaskRecord(
+        index=job.index,
+        task_id=task_id,
+        template=template,
+        seed=seed,
+        warmup=job.warmup,
+        success=outcome.success,
+        failure_reason=None if outcome.success else outcome.failure_reason,
+        started_s=started - clock_zero,
+        wall_s=wall,
+        steps=tuple(outcome.steps),
+    )
+    return record, outcome
+
+
+async def _run_phase(
+    ctx: AgentContext,
+    phase: _Phase,
+    clock_zero: float,
+    should_stop: Callable[[], bool] | None,
+    on_done: Callable[[], None] | None,
+) -> None:
+    async def agent() -> None:
+        while phase.jobs:
+            if should_stop is not None and should_stop():
+                phase.jobs.clear()
+                return
+            job = phase.jobs.popleft()
+            record, outcome = await _run_job(ctx, job, clock_zero)
+            phase.records.append(record)
+            phase.gaps_s.extend(outcome.gaps_s)
+            if on_done is not None:
+                on_done()
+
+    try:
+        async with asyncio.TaskGroup() as group:
+            for _ in range(ctx.settings.agents):
+                group.create_task(agent())
+    except ExceptionGroup as errors:
+        first = errors.exceptions[0]
+        if isinstance(first, httpx.TransportError):
+            raise WorkloadError(
+                f"the server at {ctx.chat_url} stopped answering during the run: "
+                f"{type(first).__name__}: {first}"
+            ) from first
+        raise first from None
+
+
+async def _check_server(client: httpx.AsyncClient, base_url: str) -> None:
+    try:
+        response = await client.get(f"{base_url}/health")
+    except httpx.TransportError as exc:
+        raise WorkloadError(
+            f"cannot reach the vLLM server at {base_url} ({type(exc).__name__}): "
+            "start it or fix --url"
+        ) from None
+    if response.status_code != 200:
+        raise WorkloadError(
+            f"the server at {base_url} is not ready: /health answered {response.status_code}"
+        )
+
+
+async def run_workload(
+    client: httpx.AsyncClient,
+    *,
+    base_url: str,
+    model: str,
+    settings: WorkloadSettings,
+    tokenizer: str | None = None,
+    on_progress: Callable[[RunProgress], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    energy: EnergyMeter | None = None,
+    block_size: int | None = None,
+) -> WorkloadRecord:
+    """Run the agent workload against a running server and score it.
+
+    Args:
+        client: The one HTTP client every agent shares (its timeout bounds one stream read).
+        base_url: The server, e.g. `http://127.0.0.1:8000` (a trailing `/v1` is accepted).
+        model: The served model name.
+        settings: Mode, tasks, agents, seeds, protocol and shape.
+        tokenizer: Tokenizer path for replay's forced lengths; defaults to `model` when that is
+            a local directory, else the token estimate.
+        on_progress: Called after every scored task (and once when the window opens).
+        should_stop: Asked before each task; True ends the run early with a partial record.
+        energy: GPU energy meter over the scored window; None: not measured.
+        block_size: The server's KV block size (from its startup facts) for reuse classes;
+            None: `settings.block_size`, else the server's /metrics, else 16.
+
+    Returns:
+        The record with score, server counters and every task and step.
+
+    Raises:
+        WorkloadError: The server cannot be reached or stopped answering; a traces file is bad.
+    """
+    base_url = normalise_base_url(base_url)
+    warm_jobs, scored_jobs, digest = _jobs(settings)
+    if tokenizer is None and Path(model).is_dir():
+        tokenizer = model
+    counter = TokenCounter.load(tokenizer)
+    await _check_server(client, base_url)
+    block_size = block_size or settings.block_size
+    if block_size is None:
+        snapshot = await scrape_metrics(client, base_url)
+        block_size = (snapshot.block_size if snapshot else None) or DEFAULT_BLOCK_SIZE
+    ctx = AgentContext(
+        client, f"{base_url}/v1/chat/completions", model, settings, counter, block_size
+    )
+    clock_zero = time.perf_counter()
+    warm = _Phase(deque(warm_jobs), clock_zero)
+    await _run_phase(ctx, warm, clock_zero, should_stop, None)
+
+    before = await scrape_metrics(client, base_url)
+    if energy is not None:
+        energy.start()
+    scored = _Phase(deque(scored_jobs), time.perf_counter())
+    total = len(scored_jobs)
+
+    def report() -> None:
+        if on_progress is None:
+            return
+        elapsed = time.perf_counter() - scored.started
+        wins = sum(1 for r in scored.records if r.success)
+        rate = wins * 3600.0 / elapsed if elapsed > 0 else 0.0
+        on_progress(RunProgress(len(scored.records), total, wins, elapsed, rate))
+
+    report()
+    await _run_phase(ctx, scored, clock_zero, should_stop, report)
+    wall = time.perf_counter() - scored.started
+    joules = energy.stop() if energy is not None else None
+    after = await scrape_metrics(client, base_url)
+
+    records = sorted(scored.records, key=lambda r: r.index)
+    score = score_tasks(
+        records, wall, itl_s=scored.gaps_s, energy_joules=joules, seed=settings.seed
+    )
+    counters = counter_deltas(before, after)
+    return WorkloadRecord(
+        mode=settings.mode,
+        task_set_hash=digest,
+        seed=settings.seed,
+        agents=settings.agents,
+        tasks=score.tasks,
+        successes=score.successes,
+        scored_wall_s=wall,
+        tasks_per_hour=score.tasks_per_hour,
+        tasks_per_hour_low=score.tasks_per_hour_low,
+        tasks_per_hour_high=score.tasks_per_hour_high,
+        success_rate=score.success_rate,
+        success_rate_low=score.success_rate_low,
+        success_rate_high=score.success_rate_high,
+        prefix_cache_hit_ratio=counters.prefix_cache_hit_ratio,
+        spec_drafts=counters.spec_drafts,
+        spec_draft_tokens=counters.spec_draft_tokens,
+        spec_accepted_tokens=counters.spec_accepted_tokens,
+        spec_accepted_per_pos=counters.spec_accepted_per_pos,
+        preemptions=counters.preemptions,
+        prompt_tokens=counters.prompt_tokens,
+        generation_tokens=counters.generation_tokens,
+        energy_joules=joules,
+        ttft_p50=score.ttft_p50,
+        ttft_p90=score.ttft_p90,
+        ttft_p99=score.ttft_p99,
+        tpot_p50=score.tpot_p50,
+        tpot_p90=score.tpot_p90,
+        tpot_p99=score.tpot_p99,
+        itl_p50=score.itl_p50,
+        itl_p90=score.itl_p90,
+        itl_p99=score.itl_p99,
+        output_tokens_per_s=score.output_tokens_per_s,
+        joules_per_task=score.joules_per_task,
+        joules_per_token=score.joules_per_token,
+        task_records=tuple(sorted(warm.records, key=lambda r: r.index)) + tuple(records),
+    )
+
+
+def make_client(settings: WorkloadSettings, *, extra_connections: int = 4) -> httpx.AsyncClient:
+    """A client sized for `settings.agents` streams, reads bounded by the task deadline."""
+    connections = settings.agents + extra_connections
+    return httpx.AsyncClient(
+        timeout=httpx.Timeout(settings.task_deadline_s, connect=10.0),
+        limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
+    )
+
+
+def run_workload_sync(
+    base_url: str, model: str, settings: WorkloadSettings, **kwargs: Any
+) -> WorkloadRecord:
+    """`run_workload` with its own client and event loop (for workers and scripts).
+
+    Args:
+        base_url: The server URL.
+        model: The served model name.
+        settings: The workload settings.
+        **kwargs: `tokenizer`, `on_progress`, `should_stop`, `energy`, `block_size` as for
+            `run_workload`.
+    """
+
+    async def main() -> WorkloadRecord:
+        async with make_client(settings) as client:
+            return await run_workload(
+                client, base_url=base_url, model=model, settings=settings, **kwargs
+            )
+
+    return asyncio.run(main())
