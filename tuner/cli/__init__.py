@@ -12,6 +12,7 @@ import click
 from pydantic import ValidationError
 
 from tuner.cli import db, models, results  # results registers its commands
+from tuner.cli import workload as workload_cli
 from tuner.cli._app import app, console_err
 from tuner.errors import TunerError
 
@@ -19,6 +20,8 @@ __all__ = ["app", "main"]
 
 app.add_typer(db.app, name="db")
 app.add_typer(models.app, name="models")
+app.add_typer(workload_cli.app, name="workload")
+app.add_typer(workload_cli.bench_app, name="bench")
 
 
 def _validation_line(exc: ValidationError) -> str:
