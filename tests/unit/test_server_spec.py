@@ -219,7 +219,9 @@ def test_checked_and_replace_give_one_config_error_line() -> None:
         ServerSpec.checked(model="m", speculative={"method": "magic"})
 
 
-def test_specs_are_frozen() -> None:
-    spec = ServerSpec(model="m")
+def test_specs_are_frozen_and_hashable() -> None:
+    spec = ServerSpec(model="m", env={"A": "1"})
+    assert {spec: 1}[ServerSpec(model="m", env={"A": "1"})] == 1
+    assert hash(spec) != hash(spec.replace(env={"A": "2"}))
     with pytest.raises(ValidationError, match="frozen"):
         spec.max_num_seqs = 3  # type: ignore[misc]

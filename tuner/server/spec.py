@@ -217,6 +217,10 @@ class ServerSpec(BaseModel):
                     f"extra argument {flag} duplicates a ServerSpec field; set the field"
                 )
 
+    def __hash__(self) -> int:
+        # pydantic's frozen hash fails on the `env` dict; the JSON form is canonical enough.
+        return hash(self.model_dump_json())
+
     @classmethod
     def checked(cls, **fields: Any) -> ServerSpec:
         """Build a spec, turning a validation error into one `ConfigError` line."""
