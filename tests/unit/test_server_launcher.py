@@ -102,8 +102,9 @@ def test_mamba_failure_parses_numbers_and_the_clamped_retry_starts(
 ) -> None:
     spec = _spec(FAKE_VLLM_MAMBA_BLOCKS="501")
     with pytest.raises(StartupFailed) as raised:
-        launcher.launch(spec, timeout_s=30, attempt=0)
+        launcher.launch(spec, timeout_s=30, attempt=3)
     failure = raised.value.failure
+    assert failure.record().attempt == 3
     assert failure.kind is FailureKind.MAMBA_BLOCKS_EXCEEDED
     assert failure.details == {"requested": 512, "available": 501}
     assert failure.exit_code == 1

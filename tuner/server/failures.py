@@ -64,6 +64,7 @@ class StartupFailure:
     env: dict[str, str] = field(default_factory=dict)
     started_at: float = 0.0
     ended_at: float | None = None
+    attempt: int = 0
 
     @property
     def infeasible(self) -> bool:
@@ -75,13 +76,13 @@ class StartupFailure:
         message = self.message if len(self.message) <= 300 else self.message[:297] + "..."
         return f"vLLM server did not start ({self.kind.value}): {message}"
 
-    def record(self, *, attempt: int = 0) -> ServerStartRecord:
-        """The row the driver stores for this attempt."""
+    def record(self, *, attempt: int | None = None) -> ServerStartRecord:
+        """The row the driver stores for this attempt (the launch's attempt unless given)."""
         return ServerStartRecord(
             argv=self.argv,
             env=dict(self.env),
             log_path=self.log_path,
-            attempt=attempt,
+            attempt=self.attempt if attempt is None else attempt,
             started_at=self.started_at,
             ended_at=self.ended_at,
             exit_status=self.exit_code,

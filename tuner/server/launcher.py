@@ -321,6 +321,7 @@ class Launcher:
                     started_at=started_at,
                     ended_at=handle.ended_at,
                     exit_code=process.returncode if not timed_out else None,
+                    attempt=attempt,
                 )
             )
         handle.facts = merge_facts(
