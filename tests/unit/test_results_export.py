@@ -6,6 +6,7 @@ import configparser
 import json
 import shlex
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -86,6 +87,15 @@ def test_the_baseline_wins_outright(tmp_path: Path) -> None:
     choice = choose_export(load_results(_study(tmp_path, "lose", Score(648, 620, 680))))
     assert choice.trial.number == 0 and not choice.fell_back
     assert choice.reason.startswith("no speculation (the baseline, #0) did the most")
+
+
+def test_a_memory_only_change_must_also_beat_the_baseline(overlapping_url: str) -> None:
+    results = load_results(overlapping_url)
+    base, ngram = results.trials[:2]
+    bigger_kv = replace(ngram, params={**base.params, "kv_cache_memory_bytes": 3_000_000_000})
+    choice = choose_export(replace(results, trials=(base, bigger_kv)))
+    assert choice.fell_back and choice.trial.number == 0
+    assert choice.reason.endswith("the baseline's default settings are the simpler server")
 
 
 def test_controls_are_never_exported(tmp_path: Path) -> None:
