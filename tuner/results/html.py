@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from html import escape
 
 from tuner.results.loading import StudyResults
-from tuner.results.report import ReportTable, report_tables, summary_lines
+from tuner.results.report import TEXT_COLUMNS, ReportTable, report_tables, summary_lines
 
 __all__ = ["render_html"]
 
@@ -20,15 +20,20 @@ body { font-family: system-ui, sans-serif; margin: 2rem; color: #1d3557; }
 table { border-collapse: collapse; margin: 1rem 0 2rem; font-size: 0.9rem; }
 th, td { border: 1px solid #ccd; padding: 0.3rem 0.6rem; text-align: right; }
 th { background: #f1faee; }
-td:nth-child(-n+2), th:nth-child(-n+2) { text-align: left; }
+.text { text-align: left; }
 img { max-width: 100%; display: block; margin: 1rem 0; }
 """
 
 
 def _table(t: ReportTable) -> str:
-    head = "".join(f"<th>{escape(c)}</th>" for c in t.columns)
+    # Numbers align right, words left (the same columns as in the terminal).
+    kinds = [' class="text"' if c in TEXT_COLUMNS else "" for c in t.columns]
+    head = "".join(f"<th{k}>{escape(c)}</th>" for k, c in zip(kinds, t.columns, strict=True))
     body = "".join(
-        "<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in row) + "</tr>" for row in t.rows
+        "<tr>"
+        + "".join(f"<td{k}>{escape(cell)}</td>" for k, cell in zip(kinds, row, strict=True))
+        + "</tr>"
+        for row in t.rows
     )
     return (
         f"<h2>{escape(t.title)}</h2>\n"

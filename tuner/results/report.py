@@ -19,6 +19,7 @@ from tuner.results.loading import REUSE_CLASSES, StudyResults, TrialRow
 __all__ = [
     "CONFIG_COLUMNS",
     "NOT_MEASURED",
+    "TEXT_COLUMNS",
     "ReportTable",
     "config_table",
     "not_run_table",
@@ -48,7 +49,7 @@ CONFIG_COLUMNS: Final = (
     "energy per successful task",
 )
 _NOT_RUN_COLUMNS: Final = ("trial", "config", "outcome", "failure kind", "reason")
-_TEXT_COLUMNS: Final = frozenset({"trial", "config", "outcome", "failure kind", "reason"})
+TEXT_COLUMNS: Final = frozenset({"trial", "config", "outcome", "failure kind", "reason"})
 # Fourteen columns do not fit a terminal: it shows the scores and the diagnostics apart.
 _TERMINAL_SPLIT: Final = (
     ("Scores", CONFIG_COLUMNS[:2] + CONFIG_COLUMNS[4:8] + CONFIG_COLUMNS[12:13]),
@@ -213,7 +214,7 @@ def to_rich(table: ReportTable) -> Table:
     """A rich table for the terminal (numbers right-aligned)."""
     out = Table(title=table.title, show_lines=False)
     for name in table.columns:
-        out.add_column(Text(name), justify="left" if name in _TEXT_COLUMNS else "right")
+        out.add_column(Text(name), justify="left" if name in TEXT_COLUMNS else "right")
     for row in table.rows:
         out.add_row(*(Text(cell) for cell in row))  # cells are data, never rich markup
     return out
