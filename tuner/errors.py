@@ -74,6 +74,10 @@ class StartupFailed(ServerError):
         super().__init__(failure.summary(), log_path=failure.log_path)
         self.failure = failure
 
+    def __reduce__(self) -> tuple[type[StartupFailed], tuple[StartupFailure]]:
+        # Ray pickles exceptions; rebuild from the failure, not from the message string.
+        return (type(self), (self.failure,))
+
 
 class WorkloadError(TunerError):
     """The agent workload cannot run."""

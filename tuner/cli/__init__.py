@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import sys
 
-import click
+import typer
 from pydantic import ValidationError
 
-from tuner.cli import db, models, results  # results registers its commands
+from tuner.cli import db, explain, models, optimize, results  # noqa: F401 - importing registers commands
 from tuner.cli import workload as workload_cli
 from tuner.cli._app import app, console_err
 from tuner.errors import TunerError
@@ -34,12 +34,18 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point of the `tuner` script."""
     try:
         app(args=argv, standalone_mode=False)
-    except click.exceptions.Exit as exc:
+    except typer.Exit as exc:
         sys.exit(exc.exit_code)
-    except click.ClickException as exc:
-        exc.show()
+    except typer.TyperException as exc:
+        # typer vendors its own click: its usage errors (bad option values included) land
+        # here, and show() prints the usage and the one-line reason.
+        show = getattr(exc, "show", None)
+        if show is not None:
+            show()
+        else:
+            console_err.print(f"error: {exc}", markup=False, soft_wrap=True)
         sys.exit(2)
-    except click.exceptions.Abort:
+    except typer.Abort:
         console_err.print("aborted")
         sys.exit(130)
     except TunerError as exc:

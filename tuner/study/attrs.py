@@ -70,4 +70,3 @@ class TrialAttr:
     PRUNED_AT_TASKS: Final = "pruned_at_tasks"
     REQUEUED_FROM: Final = "requeued_from"  # number of the interrupted trial this one repeats
     DUPLICATE_OF: Final = "duplicate_of"  # the trial whose params this one repeated (pruned)
-    CONSTRAINT: Final = "constraint"  # [c]; c > 0 means infeasible (read by the sampler)

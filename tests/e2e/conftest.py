@@ -1,0 +1,72 @@
+"""A real CPU study (vLLM CPU build, SmolLM2, SQLite, replay), run once per test session.
+
+Several end-to-end tests read the same study: running it costs four real server starts.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+N_TRIALS = 4
+
+
+@dataclass(frozen=True)
+class CpuStudy:
+    """Where the session's real study lives, and what its first run printed."""
+
+    storage_url: str
+    study_name: str
+    cache_dir: Path
+    output: str
+
+
+def tuner_env(cache_dir: Path) -> dict[str, str]:
+    """The environment the CLI runs in: the shared test cache, no terminal."""
+    return {**os.environ, "TUNER_CACHE_DIR": str(cache_dir), "COLUMNS": "200"}
+
+
+def run_optimize(
+    storage_url: str, study: str, cache_dir: Path, n_trials: int, *extra: str
+) -> subprocess.CompletedProcess[str]:
+    """`tuner optimize` on the CPU preset, as a user runs it."""
+    argv = [
+        sys.executable,
+        "-m",
+        "tuner.cli",
+        "optimize",
+        "--model",
+        "smollm2-135m",
+        "--gpu",
+        "cpu",
+        "--storage",
+        storage_url,
+        "--study",
+        study,
+        "--n-trials",
+        str(n_trials),
+        *extra,
+    ]
+    return subprocess.run(
+        argv, capture_output=True, text=True, env=tuner_env(cache_dir), timeout=1800
+    )
+
+
+@pytest.fixture(scope="session")
+def cpu_study(
+    tmp_path_factory: pytest.TempPathFactory, cache_dir: Path, smollm2_path: Path
+) -> Iterator[CpuStudy]:
+    """Four trials of the CPU preset on a SQLite file (baseline first, then candidates)."""
+    db = tmp_path_factory.mktemp("cpu-study") / "study.db"
+    url = f"sqlite:///{db}"
+    # Seed 3 samples ngram candidates with a smaller KV cache than the baseline's after it,
+    # which `tuner explain` needs (the first trials after the baseline are random draws).
+    proc = run_optimize(url, "cpu-e2e", cache_dir, N_TRIALS, "--seed", "3")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    yield CpuStudy(url, "cpu-e2e", cache_dir, proc.stdout)

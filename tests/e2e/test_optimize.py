@@ -1,0 +1,76 @@
+"""`tuner optimize` end to end: real vLLM CPU servers, SmolLM2, replay workload, real storage."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from tests.e2e.conftest import N_TRIALS, CpuStudy, run_optimize
+from tuner.storage import Store
+from tuner.study.attrs import TrialAttr
+
+pytestmark = pytest.mark.vllm
+
+
+def _check_study(url: str, name: str, n_trials: int) -> list[optuna.trial.FrozenTrial]:
+    study = optuna.load_study(study_name=name, storage=url)
+    trials = study.trials
+    assert len(trials) == n_trials
+    assert trials[0].params["method"] == "none"
+    assert trials[0].user_attrs[TrialAttr.ROLE] == "baseline"
+    store = Store(url)
+    try:
+        measured = 0
+        for t in trials:
+            assert t.state in (TrialState.COMPLETE, TrialState.PRUNED), t.user_attrs
+            if TrialAttr.DUPLICATE_OF in t.user_attrs:  # repeated params: pruned, not re-run
+                assert store.server_starts(name, t.number) == []
+                continue
+            measured += 1
+            (start,) = store.server_starts(name, t.number)
+            kv = start.record.facts.kv_cache_tokens
+            assert kv is not None and kv > 8192
+            assert t.user_attrs[TrialAttr.KV_CACHE_TOKENS] == kv
+            (run,) = store.workload_runs(name, t.number, with_tasks=True)
+            w = run.record
+            assert w.tasks > 0 and w.task_records
+            assert all(task.steps for task in w.task_records)
+            assert t.user_attrs[TrialAttr.TASKS_PER_HOUR] == pytest.approx(w.tasks_per_hour, 0.01)
+            assert w.prefix_cache_hit_ratio is not None and w.prefix_cache_hit_ratio > 0.3
+            if t.params["method"] == "ngram":
+                assert w.spec_drafts and w.spec_drafts > 0
+            if t.state == TrialState.COMPLETE:
+                assert t.value == pytest.approx(w.tasks_per_hour)
+        assert measured >= n_trials - 1
+    finally:
+        store.close()
+    return trials
+
+
+def test_cpu_study_finishes_with_measurements(cpu_study: CpuStudy) -> None:
+    trials = _check_study(cpu_study.storage_url, cpu_study.study_name, N_TRIALS)
+    assert any(t.params["method"] == "ngram" for t in trials), [t.params for t in trials]
+    assert f"study {cpu_study.study_name}" in cpu_study.output
+
+
+def test_same_command_resumes_instead_of_starting_over(cpu_study: CpuStudy) -> None:
+    before = optuna.load_study(study_name=cpu_study.study_name, storage=cpu_study.storage_url)
+    values = [t.value for t in before.trials]
+    proc = run_optimize(
+        cpu_study.storage_url, cpu_study.study_name, cpu_study.cache_dir, N_TRIALS, "--seed", "3"
+    )
+    assert proc.returncode == 0, proc.stderr
+    after = optuna.load_study(study_name=cpu_study.study_name, storage=cpu_study.storage_url)
+    assert [t.value for t in after.trials] == values  # nothing re-run, nothing added
+
+
+@pytest.mark.postgres
+def test_same_study_on_postgres(postgres_url: str, cache_dir: Path, smollm2_path: Path) -> None:
+    # A user writes postgresql://; tuner picks the installed driver itself.
+    url = postgres_url.replace("postgresql+psycopg://", "postgresql://")
+    proc = run_optimize(url, "cpu-pg", cache_dir, N_TRIALS)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    _check_study(postgres_url, "cpu-pg", N_TRIALS)

@@ -1,0 +1,91 @@
+"""A driver SIGKILLed during a trial: the next run re-queues it; nothing lost, doubled or left."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from tests.e2e.conftest import run_optimize, tuner_env
+from tuner.server.reaper import port_free
+from tuner.storage import Store
+from tuner.study.attrs import TrialAttr
+
+pytestmark = pytest.mark.vllm
+
+
+def _pid_files(state_dir: Path) -> list[dict[str, int]]:
+    return [json.loads(p.read_text()) for p in state_dir.glob("server-*.json")]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+
+
+def _wait_for_running_server(db: Path, state_dir: Path, timeout_s: float) -> dict[str, int]:
+    deadline = time.monotonic() + timeout_s
+    url = f"sqlite:///{db}"
+    while time.monotonic() < deadline:
+        time.sleep(2)
+        if not db.exists():
+            continue
+        try:
+            study = optuna.load_study(study_name="killed", storage=url)
+        except KeyError:
+            continue
+        running = study.get_trials(states=(TrialState.RUNNING,))
+        files = _pid_files(state_dir)
+        if running and files:
+            return files[0]
+    raise AssertionError("no trial reached a running server in time")
+
+
+def test_sigkilled_driver_resumes_without_loss(
+    tmp_path: Path, cache_dir: Path, smollm2_path: Path
+) -> None:
+    db = tmp_path / "killed.db"
+    url = f"sqlite:///{db}"
+    state_dir = cache_dir / "run"
+    argv = [
+        sys.executable, "-m", "tuner.cli", "optimize", "--model", "smollm2-135m", "--gpu",
+        "cpu", "--storage", url, "--study", "killed", "--n-trials", "1",
+    ]  # fmt: skip
+    driver = subprocess.Popen(
+        argv, env=tuner_env(cache_dir), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        server = _wait_for_running_server(db, state_dir, timeout_s=600)
+    finally:
+        driver.send_signal(signal.SIGKILL)
+        driver.wait()
+    # The driver is gone; its server is an orphan until the next run reaps it.
+    proc = run_optimize(url, "killed", cache_dir, 1)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert not _alive(server["pid"])
+    assert port_free("127.0.0.1", server["port"])
+    assert not _pid_files(state_dir)
+
+    study = optuna.load_study(study_name="killed", storage=url)
+    first, second = study.trials
+    assert first.state == TrialState.FAIL
+    assert first.user_attrs[TrialAttr.FAILURE_KIND] == "interrupted"
+    assert second.state == TrialState.COMPLETE
+    assert second.params == first.params
+    assert second.user_attrs[TrialAttr.REQUEUED_FROM] == first.number
+    assert second.user_attrs[TrialAttr.ROLE] == "baseline"
+    store = Store(url)
+    assert store.trial_numbers("killed") == [second.number]  # nothing stored twice
+    assert len(store.workload_runs("killed")) == 1
+    store.close()

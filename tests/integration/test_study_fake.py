@@ -1,0 +1,128 @@
+"""The study loop on Ray with stand-in servers (`tuner.testing.fake_vllm`, a named fake).
+
+What cannot run here: GPUs (Ray is given two fake ones, as Ray Tune's tests do) and the Mamba
+cache-block failure (it needs CUDA graphs; the fake prints vLLM's exact message).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+import ray
+from optuna.trial import TrialState
+
+from tuner.storage import Store
+from tuner.study import OptimizeOptions, Preset, optimize
+from tuner.study.attrs import TrialAttr
+
+pytestmark = pytest.mark.ray
+
+
+@pytest.fixture(scope="module")
+def fake_ray() -> Iterator[None]:
+    """Local Ray with 2 fake GPUs; its workers start the fake server as `vllm`."""
+    saved = os.environ.get("TUNER_VLLM_COMMAND")
+    os.environ["TUNER_VLLM_COMMAND"] = f"{sys.executable} -m tuner.testing.fake_vllm"
+    ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+        if saved is None:
+            os.environ.pop("TUNER_VLLM_COMMAND", None)
+        else:
+            os.environ["TUNER_VLLM_COMMAND"] = saved
+
+
+def _preset(**server_env: str) -> Preset:
+    data: dict[str, Any] = {
+        "model": {
+            "name": "fake",
+            "checkpoint": "fake/model",
+            "served_name": "fake",
+            "max_model_len": 8192,
+            "hybrid": True,
+            "server_env": {"FAKE_VLLM_STARTUP_S": "1.5", **server_env},
+        },
+        "gpu": {"name": "fake2", "memory_gib": 24, "count": 2},
+        "space": {"methods": ["none", "ngram"], "max_num_seqs": [8]},
+        "baseline": {"max_num_seqs": 8},
+        "workload": {
+            "mode": "replay",
+            "tasks": 6,
+            "agents": 2,
+            "warmup_tasks": 0,
+            "tool_protocol": "text",
+            "tool_latency_s": 0.05,
+            "shape": {
+                "shared_prefix_tokens": 300,
+                "steps_min": 3,
+                "steps_max": 4,
+                "max_context_tokens": 2048,
+                "tool_output_median_tokens": 20,
+                "tool_output_p90_tokens": 40,
+                "call_turn_min_tokens": 8,
+                "call_turn_max_tokens": 16,
+                "plan_turn_min_tokens": 16,
+                "plan_turn_max_tokens": 32,
+            },
+        },
+        "throughput_streams": [1],
+        "throughput_requests": 2,
+        "throughput_output_tokens": 8,
+    }
+    return Preset.model_validate(data)
+
+
+def _options(tmp_path: Path, n_trials: int) -> OptimizeOptions:
+    return OptimizeOptions(
+        storage_url=f"sqlite:///{tmp_path / 'study.db'}",
+        cache_dir=tmp_path / "cache",
+        study_name="fake",
+        n_trials=n_trials,
+        show_progress=False,
+    )
+
+
+def test_two_fake_gpus_run_two_trials_at_once(fake_ray: None, tmp_path: Path) -> None:
+    options = _options(tmp_path, 2)
+    summary = optimize(_preset(), options)
+    assert summary.finished == 2
+    study = optuna.load_study(study_name="fake", storage=options.storage_url)
+    assert [t.state for t in study.trials] == [TrialState.COMPLETE, TrialState.COMPLETE]
+    store = Store(options.storage_url)
+    starts = [store.server_starts("fake", n)[0].record for n in (0, 1)]
+    store.close()
+    # Each server had its own GPU, and their lifetimes overlapped.
+    assert {s.env["CUDA_VISIBLE_DEVICES"] for s in starts} == {"0", "1"}
+    (a0, a1), (b0, b1) = ((s.started_at, s.ended_at) for s in starts)
+    assert a1 is not None and b1 is not None
+    assert max(a0, b0) < min(a1, b1)
+
+
+def test_mamba_failure_is_clamped_and_retried(fake_ray: None, tmp_path: Path) -> None:
+    options = _options(tmp_path, 1)
+    optimize(_preset(FAKE_VLLM_MAMBA_BLOCKS="5"), options)
+    study = optuna.load_study(study_name="fake", storage=options.storage_url)
+    (trial,) = study.trials
+    assert trial.state == TrialState.COMPLETE
+    assert trial.params["max_num_seqs"] == 8
+    assert trial.user_attrs[TrialAttr.MAX_NUM_SEQS_REQUESTED] == 8
+    assert trial.user_attrs[TrialAttr.MAX_NUM_SEQS_CLAMPED] == 5
+    assert trial.user_attrs[TrialAttr.SERVER_SPEC]["max_num_seqs"] == 5
+    assert "--max-num-seqs 5" in trial.user_attrs[TrialAttr.SERVE_COMMAND]
+    store = Store(options.storage_url)
+    first, second = (s.record for s in store.server_starts("fake", 0))
+    runs = store.workload_runs("fake", 0)
+    store.close()
+    assert first.failure_kind == "mamba_blocks_exceeded"
+    assert first.failure_details == {"requested": 8, "available": 5}
+    assert second.failure_kind is None and second.attempt == 1
+    assert second.argv[second.argv.index("--max-num-seqs") + 1] == "5"
+    assert runs[0].record.tasks == 6

@@ -1,0 +1,67 @@
+"""`tuner explain`: run the controls that split a speculative config's loss into its causes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from tuner.cli._app import StorageOption, app, console
+from tuner.settings import get_settings
+
+
+def _pct(value: float | None) -> str:
+    return "not measured" if value is None else f"{100 * value:.0f}%"
+
+
+@app.command("explain")
+def explain_cmd(
+    study: Annotated[str, typer.Option("--study", help="The study to explain.")],
+    trial: Annotated[
+        int | None, typer.Option("--trial", help="Speculative trial (default: the best one).")
+    ] = None,
+    storage: StorageOption = None,
+    cache_dir: Annotated[
+        Path | None, typer.Option("--cache-dir", envvar="TUNER_CACHE_DIR", help="Cache directory.")
+    ] = None,
+) -> None:
+    """Why did a speculative config lose? Memory (a KV-cut control) versus cache reuse."""
+    from tuner.study import OptimizeOptions
+    from tuner.study.explain import explain
+
+    settings = get_settings()
+    options = OptimizeOptions(
+        storage_url=storage or settings.storage_url(),
+        cache_dir=cache_dir or settings.cache_path(),
+        study_name=study,
+        show_progress=False,
+    )
+    result = explain(options, trial)
+    table = Table(title=f"why trial {result.candidate} of {result.study_name} scored what it did")
+    for column in (
+        "server",
+        "trial",
+        "tasks/h (95% CI)",
+        "KV cache tokens",
+        "reused all",
+        "one block short",
+        "reused nothing",
+    ):
+        table.add_column(column)
+    for row in result.rows:
+        table.add_row(
+            row.label,
+            str(row.trial_number),
+            f"{row.tasks_per_hour:.0f} "
+            f"({row.tasks_per_hour_low:.0f}-{row.tasks_per_hour_high:.0f})",
+            f"{row.kv_cache_tokens:,}" if row.kv_cache_tokens is not None else "not measured",
+            _pct(row.reused_all),
+            _pct(row.reused_one_block_short),
+            _pct(row.reused_nothing),
+        )
+    console.print(table)
+    console.print(result.sentence())
+    if result.controls_run:
+        console.print(f"({result.controls_run} control trial(s) run and stored in the study)")

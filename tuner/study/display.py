@@ -1,0 +1,97 @@
+"""The live view of a running study: trials done, each slot's config and state, best so far."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+__all__ = ["SlotView", "StudyDisplay", "describe_params"]
+
+
+def describe_params(params: dict[str, Any]) -> str:
+    """A short label for a candidate, e.g. `ngram d3 [2,5] seqs 8 kv 2.0GB`."""
+    method = params.get("method", "none")
+    parts = [method]
+    if "num_speculative_tokens" in params:
+        parts.append(f"d{params['num_speculative_tokens']}")
+    if "prompt_lookup_min" in params:
+        parts.append(f"[{params['prompt_lookup_min']},{params.get('prompt_lookup_max')}]")
+    if "gpu_memory_utilization" in params:
+        parts.append(f"mem {params['gpu_memory_utilization']:.2f}")
+    if "kv_cache_memory_bytes" in params:
+        parts.append(f"kv {params['kv_cache_memory_bytes'] / 1e9:.1f}GB")
+    if "max_num_seqs" in params:
+        parts.append(f"seqs {params['max_num_seqs']}")
+    if params.get("disable_eagle_block_drop"):
+        parts.append("keep-block")
+    return " ".join(parts)
+
+
+@dataclass
+class SlotView:
+    """What one worker slot is doing."""
+
+    trial: int | None = None
+    label: str = ""
+    state: str = "idle"
+    tasks_done: int = 0
+    tasks_total: int = 0
+    tasks_per_hour: float | None = None
+
+
+@dataclass
+class StudyDisplay:
+    """A rich Live display; `update()` redraws it. Silent when `enabled` is False."""
+
+    total: int
+    study_name: str
+    enabled: bool = True
+    console: Console = field(default_factory=lambda: Console(stderr=True))
+    slots: list[SlotView] = field(default_factory=list)
+    best: str = "-"
+
+    def __post_init__(self) -> None:
+        self._progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=self.console,
+        )
+        self._task = self._progress.add_task(f"study {self.study_name}", total=self.total)
+        self._live: Live | None = None
+
+    def __enter__(self) -> StudyDisplay:
+        if self.enabled:
+            self._live = Live(self._render(), console=self.console, refresh_per_second=2)
+            self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._live is not None:
+            self._live.update(self._render())
+            self._live.__exit__(None, None, None)
+            self._live = None
+
+    def update(self, *, finished: int | None = None) -> None:
+        """Redraw with the current slot views."""
+        if finished is not None:
+            self._progress.update(self._task, completed=finished)
+        if self._live is not None:
+            self._live.update(self._render())
+
+    def _render(self) -> Group:
+        table = Table(box=None, expand=False, pad_edge=False)
+        for column in ("slot", "trial", "config", "server", "tasks", "tasks/h so far"):
+            table.add_column(column)
+        for i, slot in enumerate(self.slots):
+            tasks = f"{slot.tasks_done}/{slot.tasks_total}" if slot.tasks_total else "-"
+            rate = f"{slot.tasks_per_hour:.0f}" if slot.tasks_per_hour is not None else "-"
+            trial = str(slot.trial) if slot.trial is not None else "-"
+            table.add_row(str(i), trial, slot.label, slot.state, tasks, rate)
+        return Group(self._progress, table, f"best so far: {self.best}")

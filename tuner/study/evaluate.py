@@ -1,0 +1,203 @@
+"""How one candidate is evaluated: start its server, run the agent workload, stop, report.
+
+This is the "trainable" of the study: it knows nothing of Optuna or Ray. Lifecycle:
+
+1. Launch `vllm serve` with the candidate (`tuner.server.Launcher`).
+2. On a Mamba-block failure (hybrid models on GPUs), re-launch once with `max_num_seqs` clamped
+   to the available blocks; the original and clamped values are both returned.
+3. Run warm-up and the scored agent workload, reporting progress; stop early when asked.
+4. Optionally run the plain throughput benchmark (1 and 8 streams) on the same server.
+5. Stop the server (always), and return a frozen `TrialResult`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tuner.errors import StartupFailed, TunerError
+from tuner.metrics import energy_meter_for
+from tuner.records import ServerStartRecord, ThroughputRecord, WorkloadRecord
+from tuner.server import FailureKind, Launcher, ServerSpec
+from tuner.workload import RunProgress, WorkloadSettings, run_throughput, run_workload_sync
+
+__all__ = ["ThroughputPlan", "TrialRequest", "TrialResult", "evaluate"]
+
+
+@dataclass(frozen=True)
+class ThroughputPlan:
+    """The plain benchmark to run after the workload (empty streams: not measured)."""
+
+    streams: tuple[int, ...] = (1, 8)
+    requests: int = 8
+    output_tokens: int = 128
+    prompt_tokens: int = 256
+
+
+@dataclass(frozen=True)
+class TrialRequest:
+    """Everything a worker needs to evaluate one candidate."""
+
+    study_name: str
+    trial_number: int
+    params: dict[str, Any]
+    spec: ServerSpec
+    workload: WorkloadSettings
+    cache_dir: str
+    startup_timeout_s: float = 1800.0
+    throughput: ThroughputPlan = field(default_factory=ThroughputPlan)
+    tokenizer: str | None = None
+    gpu_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    """What one evaluation measured (or why it could not)."""
+
+    trial_number: int
+    spec: ServerSpec
+    server_starts: tuple[ServerStartRecord, ...] = ()
+    workload: WorkloadRecord | None = None
+    throughput: tuple[ThroughputRecord, ...] = ()
+    failure_kind: str | None = None
+    failure_reason: str | None = None
+    infeasible: bool = False
+    pruned: bool = False
+    max_num_seqs_requested: int | None = None
+    max_num_seqs_clamped: int | None = None
+    wall_s: float = 0.0
+    startup_s: float = 0.0
+    workload_s: float = 0.0
+    throughput_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """True when the workload ran (fully or until pruned)."""
+        return self.workload is not None and self.failure_kind is None
+
+
+StateCallback = Callable[[str], None]
+ProgressCallback = Callable[[RunProgress], None]
+
+
+def _noop_state(_state: str) -> None:
+    return None
+
+
+def evaluate(
+    request: TrialRequest,
+    *,
+    on_state: StateCallback = _noop_state,
+    on_progress: ProgressCallback | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> TrialResult:
+    """Evaluate one candidate end to end; the server never outlives this call."""
+    t0 = time.monotonic()
+    cache = Path(request.cache_dir)
+    launcher = Launcher(log_dir=cache / "logs" / request.study_name, state_dir=cache / "run")
+    spec = request.spec
+    requested = spec.max_num_seqs
+    clamped: int | None = None
+    starts: list[ServerStartRecord] = []
+    for attempt in range(2):
+        on_state("starting" if attempt == 0 else "restarting (clamped max_num_seqs)")
+        launch_t0 = time.monotonic()
+        try:
+            handle = launcher.launch(spec, timeout_s=request.startup_timeout_s, attempt=attempt)
+        except StartupFailed as exc:
+            failure = exc.failure
+            starts.append(failure.record())
+            available = failure.details.get("available")
+            if failure.kind == FailureKind.MAMBA_BLOCKS_EXCEEDED and attempt == 0 and available:
+                clamped = int(available)
+                spec = spec.replace(max_num_seqs=clamped)
+                continue
+            return TrialResult(
+                trial_number=request.trial_number,
+                spec=spec,
+                server_starts=tuple(starts),
+                failure_kind=str(failure.kind.value),
+                failure_reason=failure.summary(),
+                infeasible=failure.infeasible,
+                max_num_seqs_requested=requested,
+                max_num_seqs_clamped=clamped,
+                wall_s=time.monotonic() - t0,
+            )
+        startup_s = time.monotonic() - launch_t0
+        workload: WorkloadRecord | None = None
+        throughput: tuple[ThroughputRecord, ...] = ()
+        failure_kind = failure_reason = None
+        workload_s = throughput_s = 0.0
+        stopped_early = False
+        with handle:
+            on_state("workload")
+            w0 = time.monotonic()
+            try:
+                workload = run_workload_sync(
+                    handle.base_url,
+                    spec.served_model_name or spec.model,
+                    request.workload,
+                    tokenizer=request.tokenizer,
+                    block_size=handle.facts.block_size,
+                    on_progress=on_progress,
+                    should_stop=should_stop,
+                    energy=energy_meter_for(request.gpu_ids),
+                )
+                stopped_early = workload.tasks < request.workload.tasks
+            except (TunerError, httpx.HTTPError) as exc:
+                failure_kind = "workload_failed"
+                failure_reason = f"the workload failed against the server: {exc}"
+            workload_s = time.monotonic() - w0
+            if workload is not None and not stopped_early and request.throughput.streams:
+                on_state("throughput")
+                t1 = time.monotonic()
+                throughput = _throughput(handle.base_url, spec, request.throughput)
+                throughput_s = time.monotonic() - t1
+            on_state("stopping")
+        starts.append(handle.record())
+        return TrialResult(
+            trial_number=request.trial_number,
+            spec=spec,
+            server_starts=tuple(starts),
+            workload=workload,
+            throughput=throughput,
+            failure_kind=failure_kind,
+            failure_reason=failure_reason,
+            pruned=stopped_early,
+            max_num_seqs_requested=requested,
+            max_num_seqs_clamped=clamped,
+            wall_s=time.monotonic() - t0,
+            startup_s=startup_s,
+            workload_s=workload_s,
+            throughput_s=throughput_s,
+        )
+    raise AssertionError("unreachable: the second attempt always returns")
+
+
+def _throughput(
+    base_url: str, spec: ServerSpec, plan: ThroughputPlan
+) -> tuple[ThroughputRecord, ...]:
+    async def run() -> tuple[ThroughputRecord, ...]:
+        async with httpx.AsyncClient(timeout=httpx.Timeout(600.0)) as client:
+            out = []
+            for streams in plan.streams:
+                out.append(
+                    await run_throughput(
+                        client,
+                        base_url=base_url,
+                        model=spec.served_model_name or spec.model,
+                        streams=streams,
+                        requests=max(plan.requests, streams),
+                        output_tokens=plan.output_tokens,
+                        prompt_tokens=plan.prompt_tokens,
+                    )
+                )
+            return tuple(out)
+
+    return asyncio.run(run())

@@ -1,0 +1,374 @@
+"""`tuner explain`: why a speculative config lost, split into memory and cache reuse.
+
+The published study's controls, run automatically as extra trials of the same study (role
+"control", never exported, not counted in the trial budget):
+
+- **kv_cut**: the baseline (no speculation) with its KV cache cut to the candidate's size. The
+  tasks/h it loses against the baseline is what the smaller KV cache alone explains.
+- **no_block_drop**: for EAGLE/MTP-style drafters, the candidate with
+  `disable_eagle_block_drop`, which keeps the last cache block that those drafters drop.
+
+Controls already measured (same candidate and kind, or a trial with exactly the control's
+parameters) are reused instead of run again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from tuner.errors import StudyError
+from tuner.storage import Store
+from tuner.study.attrs import TrialAttr
+
+__all__ = [
+    "Attribution",
+    "ControlPlan",
+    "ExplainRow",
+    "Explanation",
+    "attribute",
+    "choose_candidate",
+    "enqueue_controls",
+    "explain",
+    "explain_rows",
+    "plan_controls",
+]
+
+EAGLE_STYLE = ("mtp", "eagle", "eagle3")
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """How much of a candidate's loss against the baseline the smaller KV cache explains."""
+
+    baseline: float
+    candidate: float
+    kv_cut: float
+
+    @property
+    def lost(self) -> float:
+        """Tasks/h the candidate lost against the baseline."""
+        return self.baseline - self.candidate
+
+    @property
+    def explained_by_memory(self) -> float:
+        """Tasks/h the baseline loses when cut to the candidate's KV cache."""
+        return self.baseline - self.kv_cut
+
+    @property
+    def memory_share(self) -> float | None:
+        """Fraction of the loss that memory explains (None when nothing was lost)."""
+        return self.explained_by_memory / self.lost if self.lost > 0 else None
+
+    def sentence(self) -> str:
+        """The one-line answer."""
+        if self.lost <= 0:
+            return (
+                f"the candidate lost nothing against the baseline ({self.candidate:.0f} vs "
+                f"{self.baseline:.0f} tasks/h); there is no loss to explain"
+            )
+        share = self.memory_share or 0.0
+        explained = max(0.0, min(self.explained_by_memory, self.lost))
+        return (
+            f"the smaller KV cache explains {explained:.0f} of the {self.lost:.0f} tasks/h lost "
+            f"({100 * max(0.0, min(share, 1.0)):.0f}%); the rest is cache reuse"
+        )
+
+
+def attribute(baseline: float, candidate: float, kv_cut: float) -> Attribution:
+    """Split `baseline - candidate` into the KV-cache part and the rest."""
+    return Attribution(baseline, candidate, kv_cut)
+
+
+@dataclass(frozen=True)
+class ControlPlan:
+    """One control to run (or reuse) for a candidate."""
+
+    kind: str  # "kv_cut" | "no_block_drop"
+    params: dict[str, Any]
+    overrides: dict[str, Any]
+    reuse: int | None  # number of a finished trial that already measured it
+
+
+@dataclass(frozen=True)
+class ExplainRow:
+    """One line of the "why" table."""
+
+    label: str
+    trial_number: int
+    tasks_per_hour: float
+    tasks_per_hour_low: float
+    tasks_per_hour_high: float
+    kv_cache_tokens: int | None
+    reused_all: float | None
+    reused_one_block_short: float | None
+    reused_nothing: float | None
+
+
+def _measured(t: FrozenTrial) -> bool:
+    return t.state == TrialState.COMPLETE and not t.user_attrs.get(TrialAttr.INFEASIBLE)
+
+
+def _baseline(study: optuna.Study) -> FrozenTrial:
+    for t in study.get_trials(deepcopy=False):
+        if t.user_attrs.get(TrialAttr.ROLE) == "baseline" and _measured(t):
+            return t
+    raise StudyError(
+        f"study {study.study_name!r} has no finished baseline trial; run tuner optimize first"
+    )
+
+
+def choose_candidate(study: optuna.Study, number: int | None) -> FrozenTrial:
+    """The given trial, or the best finished speculative candidate."""
+    trials = study.get_trials(deepcopy=False)
+    if number is not None:
+        matches = [t for t in trials if t.number == number]
+        if not matches:
+            raise StudyError(f"study {study.study_name!r} has no trial {number}")
+        trial = matches[0]
+        if not _measured(trial) or trial.params.get("method", "none") == "none":
+            raise StudyError(
+                f"trial {number} is not a finished speculative trial; pick one whose method "
+                "is not 'none' and whose state is COMPLETE"
+            )
+        return trial
+    speculative = [
+        t
+        for t in trials
+        if _measured(t)
+        and t.params.get("method", "none") != "none"
+        and t.user_attrs.get(TrialAttr.ROLE) == "candidate"
+    ]
+    if not speculative:
+        raise StudyError(f"study {study.study_name!r} has no finished speculative trial to explain")
+    return max(speculative, key=lambda t: t.value or 0.0)
+
+
+def _control_for(study: optuna.Study, candidate: int, kind: str) -> FrozenTrial | None:
+    for t in study.get_trials(deepcopy=False):
+        if (
+            t.user_attrs.get(TrialAttr.CONTROL_OF) == candidate
+            and t.user_attrs.get(TrialAttr.CONTROL_KIND) == kind
+            and t.state in (TrialState.COMPLETE, TrialState.WAITING, TrialState.RUNNING)
+        ):
+            return t
+    return None
+
+
+def plan_controls(
+    study: optuna.Study, candidate: FrozenTrial, kv_knob: str, num_gpu_blocks: int | None
+) -> list[ControlPlan]:
+    """The controls a candidate needs, each marked with a trial to reuse where one exists."""
+    base = _baseline(study)
+    plans = []
+    params = dict(base.params)
+    overrides: dict[str, Any] = {}
+    if kv_knob == "kv_cache_memory_bytes":
+        params["kv_cache_memory_bytes"] = candidate.params["kv_cache_memory_bytes"]
+    elif num_gpu_blocks is not None:
+        overrides["num_gpu_blocks_override"] = num_gpu_blocks
+    else:
+        raise StudyError(
+            f"trial {candidate.number} has no recorded GPU block count to cut the baseline to"
+        )
+    plans.append(
+        ControlPlan(
+            "kv_cut", params, overrides, _reuse(study, candidate, "kv_cut", params, overrides)
+        )
+    )
+    if candidate.params["method"] in EAGLE_STYLE and not candidate.params.get(
+        "disable_eagle_block_drop"
+    ):
+        keep = dict(candidate.params)
+        over: dict[str, Any] = {"speculative": {"disable_eagle_block_drop": True}}
+        if "disable_eagle_block_drop" in keep:
+            keep["disable_eagle_block_drop"] = True
+            over = {}
+        plans.append(
+            ControlPlan(
+                "no_block_drop", keep, over, _reuse(study, candidate, "no_block_drop", keep, over)
+            )
+        )
+    return plans
+
+
+def _reuse(
+    study: optuna.Study,
+    candidate: FrozenTrial,
+    kind: str,
+    params: dict[str, Any],
+    overrides: dict[str, Any],
+) -> int | None:
+    existing = _control_for(study, candidate.number, kind)
+    if existing is not None and existing.state == TrialState.COMPLETE:
+        return existing.number
+    if not overrides:
+        for t in study.get_trials(deepcopy=False):
+            if (
+                _measured(t)
+                and t.params == params
+                and not t.user_attrs.get(TrialAttr.SPEC_OVERRIDES)
+            ):
+                return t.number
+    return None
+
+
+def enqueue_controls(study: optuna.Study, candidate: FrozenTrial, plans: list[ControlPlan]) -> int:
+    """Enqueue the controls that are neither measured nor already queued; returns how many."""
+    queued = 0
+    for plan in plans:
+        if plan.reuse is not None or _control_for(study, candidate.number, plan.kind):
+            continue
+        attrs: dict[str, Any] = {
+            TrialAttr.ROLE: "control",
+            TrialAttr.CONTROL_OF: candidate.number,
+            TrialAttr.CONTROL_KIND: plan.kind,
+        }
+        if plan.overrides:
+            attrs[TrialAttr.SPEC_OVERRIDES] = plan.overrides
+        study.enqueue_trial(plan.params, user_attrs=attrs, skip_if_exists=False)
+        queued += 1
+    return queued
+
+
+def _reuse_fractions(store: Store, study_name: str, number: int) -> tuple[float | None, ...]:
+    runs = store.workload_runs(study_name, number, with_tasks=True)
+    if not runs:
+        return (None, None, None)
+    steps = [
+        s.reuse_class
+        for task in runs[-1].record.task_records
+        if not task.warmup
+        for s in task.steps
+        if s.reuse_class != "first"
+    ]
+    if not steps:
+        return (None, None, None)
+    n = len(steps)
+    return tuple(steps.count(c) / n for c in ("all", "one_block_short", "none"))
+
+
+def explain_rows(
+    study: optuna.Study, store: Store, rows: list[tuple[str, FrozenTrial]]
+) -> list[ExplainRow]:
+    """The "why" table from stored measurements (never from memory of the run)."""
+    out = []
+    for label, t in rows:
+        runs = store.workload_runs(study.study_name, t.number)
+        if not runs:
+            raise StudyError(f"trial {t.number} has no stored workload run")
+        w = runs[-1].record
+        starts = store.server_starts(study.study_name, t.number)
+        kv = starts[-1].record.facts.kv_cache_tokens if starts else None
+        all_, short, none = _reuse_fractions(store, study.study_name, t.number)
+        out.append(
+            ExplainRow(
+                label=label,
+                trial_number=t.number,
+                tasks_per_hour=w.tasks_per_hour,
+                tasks_per_hour_low=w.tasks_per_hour_low,
+                tasks_per_hour_high=w.tasks_per_hour_high,
+                kv_cache_tokens=kv,
+                reused_all=all_,
+                reused_one_block_short=short,
+                reused_nothing=none,
+            )
+        )
+    return out
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """The answer of `tuner explain`: the table, the attribution and its sentence."""
+
+    study_name: str
+    candidate: int
+    rows: tuple[ExplainRow, ...]
+    attribution: Attribution
+    controls_run: int
+
+    def sentence(self) -> str:
+        """The one-line answer, with the block-drop control's effect when it was measured."""
+        text = self.attribution.sentence()
+        keep = [r for r in self.rows if r.label.startswith("candidate, last block kept")]
+        if keep:
+            gain = keep[0].tasks_per_hour - self.attribution.candidate
+            text += f"; keeping the last cache block changes the candidate by {gain:+.0f} tasks/h"
+        return text
+
+
+def explain(options: Any, trial_number: int | None = None) -> Explanation:
+    """Run (or reuse) the controls for a candidate and build the "why" table.
+
+    Args:
+        options: `tuner.study.OptimizeOptions` naming the storage and study.
+        trial_number: The speculative trial to explain; default the best one.
+    """
+    from tuner.storage import normalize_url
+    from tuner.study.driver import run_waiting
+    from tuner.study.space import Preset
+
+    if not options.study_name:
+        raise StudyError("give --study NAME (the study to explain)")
+    store = Store(options.storage_url)
+    try:
+        try:
+            study = optuna.load_study(
+                study_name=options.study_name, storage=normalize_url(options.storage_url)
+            )
+        except KeyError:
+            raise StudyError(f"no study named {options.study_name!r} in this storage") from None
+        preset = Preset.model_validate(study.user_attrs["preset"])
+        candidate = choose_candidate(study, trial_number)
+        knob = (
+            "kv_cache_memory_bytes"
+            if preset.space.kv_cache_memory_bytes is not None
+            else "num_gpu_blocks_override"
+        )
+        starts = store.server_starts(study.study_name, candidate.number)
+        blocks = starts[-1].record.facts.num_gpu_blocks if starts else None
+        plans = plan_controls(study, candidate, knob, blocks)
+        queued = enqueue_controls(study, candidate, plans)
+        if queued or study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+            run_waiting(preset, options)
+        study = optuna.load_study(
+            study_name=options.study_name, storage=normalize_url(options.storage_url)
+        )
+        by_number = {t.number: t for t in study.get_trials(deepcopy=False)}
+        base = _baseline(study)
+        rows: list[tuple[str, FrozenTrial]] = [
+            ("baseline (no speculation)", base),
+            (f"candidate ({candidate.params['method']})", by_number[candidate.number]),
+        ]
+        labels = {
+            "kv_cut": "baseline, KV cache cut to the candidate's",
+            "no_block_drop": "candidate, last block kept",
+        }
+        for plan in plans:
+            measured = (
+                by_number[plan.reuse]
+                if plan.reuse is not None
+                else _control_for(study, candidate.number, plan.kind)
+            )
+            if measured is None or not _measured(measured):
+                raise StudyError(
+                    f"the {plan.kind} control for trial {candidate.number} did not finish; "
+                    "see tuner report and the server logs"
+                )
+            rows.append((labels[plan.kind], measured))
+        table = explain_rows(study, store, rows)
+        kv = next(r for r in table if r.label.startswith("baseline, KV"))
+        return Explanation(
+            study_name=study.study_name,
+            candidate=candidate.number,
+            rows=tuple(table),
+            attribution=attribute(
+                table[0].tasks_per_hour, table[1].tasks_per_hour, kv.tasks_per_hour
+            ),
+            controls_run=queued,
+        )
+    finally:
+        store.close()

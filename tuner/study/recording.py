@@ -1,0 +1,94 @@
+"""Turn a worker's `TrialResult` into database rows, Optuna user attributes and a `tell`.
+
+Only the driver calls this. Rows are written first, in one transaction, then the trial is
+told: a driver killed in between leaves a RUNNING trial, which the next run marks interrupted
+and whose rows it deletes, so nothing is counted twice.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import optuna
+from optuna.trial import TrialState
+
+from tuner.storage import Store, TrialMeasurements
+from tuner.study.attrs import TrialAttr
+
+if TYPE_CHECKING:
+    from tuner.study.evaluate import TrialResult
+
+__all__ = ["CONSTRAINT_NAME", "measurement_attrs", "record_result"]
+
+CONSTRAINT_NAME = "fits_on_card"
+
+
+def measurement_attrs(result: TrialResult) -> dict[str, Any]:
+    """The user attributes optuna-dashboard shows for a trial."""
+    attrs: dict[str, Any] = {
+        TrialAttr.SERVER_SPEC: result.spec.model_dump(mode="json"),
+        TrialAttr.SERVE_COMMAND: result.spec.serve_command(),
+        TrialAttr.INFEASIBLE: result.infeasible,
+    }
+    if result.max_num_seqs_requested is not None:
+        attrs[TrialAttr.MAX_NUM_SEQS_REQUESTED] = result.max_num_seqs_requested
+    if result.max_num_seqs_clamped is not None:
+        attrs[TrialAttr.MAX_NUM_SEQS_CLAMPED] = result.max_num_seqs_clamped
+    if result.failure_kind:
+        attrs[TrialAttr.FAILURE_KIND] = result.failure_kind
+        attrs[TrialAttr.FAILURE_REASON] = result.failure_reason
+    if result.server_starts:
+        facts = result.server_starts[-1].facts
+        if facts.kv_cache_tokens is not None:
+            attrs[TrialAttr.KV_CACHE_TOKENS] = facts.kv_cache_tokens
+        if facts.startup_seconds is not None:
+            attrs[TrialAttr.STARTUP_S] = round(facts.startup_seconds, 2)
+    w = result.workload
+    if w is not None:
+        attrs.update(
+            {
+                TrialAttr.TASKS_PER_HOUR: round(w.tasks_per_hour, 2),
+                TrialAttr.TASKS_PER_HOUR_LOW: round(w.tasks_per_hour_low, 2),
+                TrialAttr.TASKS_PER_HOUR_HIGH: round(w.tasks_per_hour_high, 2),
+                TrialAttr.SUCCESS_RATE: round(w.success_rate, 4),
+                TrialAttr.PREEMPTIONS: w.preemptions,
+            }
+        )
+        if w.prefix_cache_hit_ratio is not None:
+            attrs[TrialAttr.CACHE_HIT_PCT] = round(100 * w.prefix_cache_hit_ratio, 2)
+        if w.acceptance_rate is not None:
+            attrs[TrialAttr.ACCEPTANCE_RATE] = round(w.acceptance_rate, 4)
+        if w.mean_acceptance_length is not None:
+            attrs[TrialAttr.MEAN_ACCEPTANCE_LENGTH] = round(w.mean_acceptance_length, 3)
+        if w.joules_per_task is not None:
+            attrs[TrialAttr.ENERGY_PER_TASK_J] = round(w.joules_per_task, 2)
+        if result.pruned:
+            attrs[TrialAttr.PRUNED_AT_TASKS] = w.tasks
+    return attrs
+
+
+def record_result(
+    study: optuna.Study, trial: optuna.Trial, store: Store, result: TrialResult
+) -> TrialState:
+    """Store the result's rows, set its attributes and tell Optuna; returns the final state."""
+    store.save_trial(
+        study.study_name,
+        trial.number,
+        TrialMeasurements(result.server_starts, result.workload, result.throughput),
+    )
+    for key, value in measurement_attrs(result).items():
+        trial.set_user_attr(key, value)
+    # Positive means "cannot run on this card": the sampler steers away from such configs.
+    trial.set_constraint(CONSTRAINT_NAME, 1.0 if result.infeasible else 0.0)
+    if result.infeasible:
+        # Feasibility is learnt through the constraint; the value only has to rank it last.
+        study.tell(trial, 0.0)
+        return TrialState.COMPLETE
+    if result.workload is None or result.failure_kind:
+        study.tell(trial, state=TrialState.FAIL)
+        return TrialState.FAIL
+    if result.pruned:
+        study.tell(trial, state=TrialState.PRUNED)
+        return TrialState.PRUNED
+    study.tell(trial, result.workload.tasks_per_hour)
+    return TrialState.COMPLETE
