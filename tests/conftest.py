@@ -15,6 +15,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, text
 
+# vLLM 0.32's CPU build cannot load the AOT-compiled artifacts it saves and recompiles at every
+# start (~25 s); without AOT it reuses torch inductor's cache. The CPU presets set the same.
+os.environ.setdefault("VLLM_USE_AOT_COMPILE", "0")
+
 POSTGRES_ADMIN_URL = os.environ.get(
     "TUNER_TEST_POSTGRES", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 )

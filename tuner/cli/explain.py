@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated
 
@@ -26,6 +28,9 @@ def explain_cmd(
     cache_dir: Annotated[
         Path | None, typer.Option("--cache-dir", envvar="TUNER_CACHE_DIR", help="Cache directory.")
     ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the table and attribution as JSON.")
+    ] = False,
 ) -> None:
     """Why did a speculative config lose? Memory (a KV-cut control) versus cache reuse."""
     from tuner.study import OptimizeOptions
@@ -39,6 +44,23 @@ def explain_cmd(
         show_progress=False,
     )
     result = explain(options, trial)
+    if as_json:
+        a = result.attribution
+        payload = {
+            "study": result.study_name,
+            "candidate": result.candidate,
+            "rows": [asdict(row) for row in result.rows],
+            "baseline_tasks_per_hour": a.baseline,
+            "candidate_tasks_per_hour": a.candidate,
+            "kv_cut_tasks_per_hour": a.kv_cut,
+            "lost_tasks_per_hour": a.lost,
+            "explained_by_memory": a.explained_by_memory,
+            "memory_share": a.memory_share,
+            "sentence": result.sentence(),
+            "controls_run": result.controls_run,
+        }
+        console.print_json(json.dumps(payload))
+        return
     table = Table(title=f"why trial {result.candidate} of {result.study_name} scored what it did")
     for column in (
         "server",
