@@ -15,6 +15,7 @@ from rich.text import Text
 from tuner.errors import StudyError
 from tuner.results.export import choose_export
 from tuner.results.loading import REUSE_CLASSES, StudyResults, TrialRow
+from tuner.study.explain import attribute
 
 __all__ = [
     "CONFIG_COLUMNS",
@@ -29,6 +30,7 @@ __all__ = [
     "terminal_tables",
     "to_markdown",
     "to_rich",
+    "why_tables",
 ]
 
 NOT_MEASURED: Final = "not measured"
@@ -145,12 +147,72 @@ def not_run_table(results: StudyResults) -> ReportTable:
     return ReportTable("Configs that did not run", _NOT_RUN_COLUMNS, rows)
 
 
+_WHY_COLUMNS: Final = (
+    "trial",
+    "server",
+    "successful tasks/h [interval]",
+    "KV cache tokens",
+    "reused all",
+    "one block short",
+    "reused nothing",
+)
+
+
+def _share(t: TrialRow, name: str) -> str:
+    fractions = t.reuse.fractions() if t.reuse is not None else {}
+    return f"{100 * fractions[name]:.0f}%" if name in fractions else NOT_MEASURED
+
+
+def why_tables(results: StudyResults) -> list[tuple[ReportTable, str]]:
+    """For each explained candidate: the table of `tuner explain` and its one-line answer.
+
+    Only where `tuner explain` ran a KV-cut control that finished; the numbers are the stored
+    measurements of the baseline, the candidate and its controls.
+    """
+    base = results.baseline
+    by_number = {t.number: t for t in results.trials}
+    out: list[tuple[ReportTable, str]] = []
+    if base is None or base.tasks_per_hour is None:
+        return out
+    candidates = sorted(
+        {t.control_of for t in results.trials if t.role == "control" and t.control_of is not None}
+    )
+    for number in candidates:
+        candidate = by_number.get(number)
+        controls = [t for t in results.trials if t.role == "control" and t.control_of == number]
+        kv_cut = next((c for c in controls if c.control_kind == "kv_cut" and c.feasible), None)
+        if candidate is None or candidate.tasks_per_hour is None or kv_cut is None:
+            continue
+        rows = [base, candidate, *[c for c in controls if c.feasible]]
+        table = ReportTable(
+            f"Why trial #{number} scored what it did",
+            _WHY_COLUMNS,
+            tuple(
+                (
+                    f"#{t.number}",
+                    "baseline" if t is base else t.label,
+                    _interval(t),
+                    _or_nm(t.kv_cache_tokens, "{:,}"),
+                    _share(t, "all"),
+                    _share(t, "one_block_short"),
+                    _share(t, "none"),
+                )
+                for t in rows
+            ),
+        )
+        assert kv_cut.tasks_per_hour is not None
+        answer = attribute(base.tasks_per_hour, candidate.tasks_per_hour, kv_cut.tasks_per_hour)
+        out.append((table, f"trial #{number}: {answer.sentence()}"))
+    return out
+
+
 def report_tables(results: StudyResults) -> list[ReportTable]:
-    """The report's tables; the second only when some trial did not run."""
+    """The report's tables: configs; those that did not run; the explained losses."""
     tables = [config_table(results)]
     not_run = not_run_table(results)
     if not_run.rows:
         tables.append(not_run)
+    tables += [table for table, _ in why_tables(results)]
     return tables
 
 
@@ -173,6 +235,7 @@ def summary_lines(results: StudyResults) -> list[str]:
         f"{len(results.trials)} trials: {len(results.measured())} measured, "
         f"{len(results.not_run())} did not run",
     ]
+    lines += [f"Why {sentence}" for _, sentence in why_tables(results)]
     try:
         choice = choose_export(results)
     except StudyError as exc:
