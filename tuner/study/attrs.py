@@ -64,6 +64,7 @@ class TrialAttr:
     PREEMPTIONS: Final = "preemptions"
     ENERGY_PER_TASK_J: Final = "energy_per_task_j"  # absent when not measured
     STARTUP_S: Final = "startup_s"
+    TIMING: Final = "timing"  # worker seconds: wall, startup, workload (warm-up too), throughput
     FAILURE_KIND: Final = "failure_kind"  # tuner.server FailureKind value, or "interrupted"
     FAILURE_REASON: Final = "failure_reason"  # one line
     INFEASIBLE: Final = "infeasible"  # True when the config cannot run on this card

@@ -29,6 +29,12 @@ def measurement_attrs(result: TrialResult) -> dict[str, Any]:
         TrialAttr.SERVER_SPEC: result.spec.model_dump(mode="json"),
         TrialAttr.SERVE_COMMAND: result.spec.serve_command(),
         TrialAttr.INFEASIBLE: result.infeasible,
+        TrialAttr.TIMING: {
+            "worker_wall_s": round(result.wall_s, 3),
+            "startup_s": round(result.startup_s, 3),
+            "workload_s": round(result.workload_s, 3),
+            "throughput_s": round(result.throughput_s, 3),
+        },
     }
     if result.max_num_seqs_requested is not None:
         attrs[TrialAttr.MAX_NUM_SEQS_REQUESTED] = result.max_num_seqs_requested
