@@ -91,7 +91,7 @@ def result_table(record: WorkloadRecord) -> Table:
     classes = Counter(s.reuse_class for t in record.task_records if not t.warmup for s in t.steps)
     table.add_row(
         "prefix reuse (steps)",
-        "  ".join(f"{c} {classes[c]}" for c in REUSE_CLASSES if classes[c] or c != "unknown"),
+        ", ".join(f"{c} {classes[c]}" for c in REUSE_CLASSES if classes[c]) or "-",
     )
     energy = "not measured" if record.energy_joules is None else f"{record.energy_joules:.0f} J"
     table.add_row("GPU energy", energy)

@@ -110,10 +110,16 @@ class ServerCounters:
 
     @property
     def prefix_cache_hit_ratio(self) -> float | None:
-        """Prefix-cache hit tokens / queried tokens over the window."""
-        if not self.prefix_cache_queries or self.prefix_cache_hits is None:
+        """Prefix-cache hit tokens / queried tokens over the window.
+
+        With prefix caching off vLLM exports both counters but never queries the cache: prompt
+        tokens were served and none came from a cache, so the ratio is 0.0 (measured).
+        """
+        if self.prefix_cache_hits is None or self.prefix_cache_queries is None:
             return None
-        return self.prefix_cache_hits / self.prefix_cache_queries
+        if self.prefix_cache_queries > 0:
+            return self.prefix_cache_hits / self.prefix_cache_queries
+        return 0.0 if self.prompt_tokens else None
 
     @property
     def acceptance_rate(self) -> float | None:

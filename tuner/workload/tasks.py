@@ -13,6 +13,7 @@ import copy
 import hashlib
 import json
 import random
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -132,6 +133,12 @@ def _normalise(text: str) -> str:
     return " ".join(text.lower().replace(",", "").replace("$", "").split())
 
 
+def _states(fact: str, said: str) -> bool:
+    """True when `fact` appears in `said` as a whole token (REQ-2 is not in REQ-21)."""
+    pattern = r"(?<![\w-])" + re.escape(_normalise(fact)) + r"(?![\w-]|\.\d)"
+    return re.search(pattern, said) is not None
+
+
 def check_task(task: Task, final_state: Mapping[str, Any], answer: str) -> CheckResult:
     """Grade a task: the final state must equal the oracle's, the answer hold every fact."""
     env = environment(task.template)
@@ -141,7 +148,7 @@ def check_task(task: Task, final_state: Mapping[str, Any], answer: str) -> Check
     if env.canonical(dict(final_state)) != env.canonical(oracle):
         return CheckResult(False, "final state differs from the oracle's")
     said = _normalise(answer)
-    missing = [f for f in task.required_facts if _normalise(f) not in said]
+    missing = [f for f in task.required_facts if not _states(f, said)]
     if missing:
         return CheckResult(False, f"answer lacks {', '.join(missing)}")
     return CheckResult(True)

@@ -154,13 +154,16 @@ class Inventory(Environment):
             script.append(Call("get_item", {"sku": touched[0]}))
             left -= 1
         low = [s for s in touched if sim[s] <= items[s]["reorder_at"]]
+        first = touched[0]
         instruction = (
             "Record this warehouse work in order, following the inventory policy:\n"
             + "\n".join(f"{n + 1}. {line}" for n, line in enumerate(lines))
-            + "\nThen report the backordered order references and every SKU above whose "
-            "quantity on hand is at or below its reorder point."
+            + f"\nThen report the quantity now on hand of {first}, the backordered order "
+            "references, and every SKU above whose quantity on hand is at or below its "
+            "reorder point."
         )
         answer = (
+            f"{first} has {sim[first]} on hand. "
             f"Backordered: {', '.join(backorders) or 'none'}. "
             f"At or below reorder point: {', '.join(low) or 'none'}."
         )
@@ -169,6 +172,6 @@ class Inventory(Environment):
             instruction=instruction,
             calls=tuple(script),
             answer=answer,
-            required_facts=(*backorders, *low),
+            required_facts=(str(sim[first]), *backorders, *low),
             notes=tuple(notes),
         )
