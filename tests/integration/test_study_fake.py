@@ -126,3 +126,34 @@ def test_mamba_failure_is_clamped_and_retried(fake_ray: None, tmp_path: Path) ->
     assert second.failure_kind is None and second.attempt == 1
     assert second.argv[second.argv.index("--max-num-seqs") + 1] == "5"
     assert runs[0].record.tasks == 6
+
+
+def test_a_clearly_losing_candidate_is_pruned_and_keeps_its_measurements(
+    fake_ray: None, tmp_path: Path
+) -> None:
+    from tuner.study import open_study
+
+    preset = _preset()
+    options = _options(tmp_path, 2)
+    optimize(preset, options)  # the baseline and one sampled candidate, both fast
+    study = open_study(preset, options)
+    slow_env = {**preset.model.server_env, "FAKE_VLLM_TOKEN_DELAY_S": "0.1"}
+    study.enqueue_trial(
+        {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 1,
+         "prompt_lookup_max": 3, "max_num_seqs": 8},
+        user_attrs={TrialAttr.ROLE: "candidate", TrialAttr.SPEC_OVERRIDES: {"env": slow_env}},
+    )  # fmt: skip
+    summary = optimize(preset, _options(tmp_path, 3))
+    assert summary.finished == 3
+    study = optuna.load_study(study_name="fake", storage=options.storage_url)
+    slow = study.trials[2]
+    assert slow.state == TrialState.PRUNED
+    pruned_at = slow.user_attrs[TrialAttr.PRUNED_AT_TASKS]
+    assert 0 < pruned_at < 6
+    assert slow.intermediate_values  # it reported tasks/h as tasks finished
+    store = Store(options.storage_url)
+    (run,) = store.workload_runs("fake", slow.number, with_tasks=True)
+    store.close()
+    assert run.record.tasks == pruned_at
+    assert len([t for t in run.record.task_records if not t.warmup]) >= pruned_at
+    assert run.record.tasks_per_hour < min(t.value for t in study.trials[:2])

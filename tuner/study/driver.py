@@ -145,6 +145,8 @@ def run_waiting(preset: Preset, options: OptimizeOptions) -> StudySummary:
 
 
 def _run(preset: Preset, options: OptimizeOptions, *, budgeted: bool) -> StudySummary:
+    # The live display and the summary say what Optuna's per-trial INFO lines would.
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
     store = Store(options.storage_url)
     store.engine  # migrate tuner's tables before Optuna touches the database  # noqa: B018
     study = open_study(preset, options)
@@ -295,12 +297,16 @@ class _Loop:
             view.tasks_done, view.tasks_total = p["tasks_done"], p["tasks_total"]
             view.tasks_per_hour = p["tasks_per_hour"]
             step = int(p["tasks_done"])
-            if step > self.reported.get(trial.number, 0):
-                self.reported[trial.number] = step
-                trial.report(float(p["tasks_per_hour"]), step)
-                if trial.should_prune():
-                    self.hub.request_stop.remote(trial.number)
-                    view.state = "pruning"
+            role = trial.user_attrs.get(TrialAttr.ROLE)
+            # Controls are measurements asked for by `tuner explain`: they never feed or meet
+            # the pruner. The baseline is the reference, so it reports but is never pruned.
+            if role == "control" or step <= self.reported.get(trial.number, 0):
+                continue
+            self.reported[trial.number] = step
+            trial.report(float(p["tasks_per_hour"]), step)
+            if role == "candidate" and trial.should_prune():
+                self.hub.request_stop.remote(trial.number)
+                view.state = "pruning"
         self.display.update()
 
     def _complete(self, ref: Any) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import optuna
 
 __all__ = ["make_pruner", "make_sampler"]
@@ -13,6 +15,13 @@ def make_sampler(seed: int | None, n_trials: int) -> optuna.samplers.BaseSampler
     Infeasible configs (the server cannot start on this card) set a positive constraint with
     `Trial.set_constraint` (Optuna 5), which TPE reads without a constraints function.
     """
+    with warnings.catch_warnings():
+        # `multivariate` and `group` are marked experimental; tuner relies on them knowingly.
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return _tpe(seed, n_trials)
+
+
+def _tpe(seed: int | None, n_trials: int) -> optuna.samplers.TPESampler:
     return optuna.samplers.TPESampler(
         multivariate=True,
         group=True,  # the space is conditional: depth and lookup exist only for some methods

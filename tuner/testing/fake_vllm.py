@@ -14,6 +14,8 @@ Mamba-block failure needs a GPU). Behaviour is chosen by environment variables:
   the way vLLM does on a hybrid model with CUDA graphs, and exit 1.
 - `FAKE_VLLM_FAIL=text`: print `text` to stderr and exit 1.
 - `FAKE_VLLM_SPEC=1`: count speculative drafts, as a server with a speculative config would.
+- `FAKE_VLLM_TOKEN_DELAY_S` (default 0): seconds per output token before answering (a slow
+  server, for pruning tests).
 
 Answers are words ("tok0 tok1 ..."): with `max_tokens` and `ignore_eos` exactly `max_tokens`
 of them, else a short fixed reply. Token counts are characters / 4 for prompts and one per word
@@ -231,6 +233,9 @@ def _make_handler(state: _State) -> type[BaseHTTPRequestHandler]:
                 if max_tokens:
                     words = words[: int(max_tokens)]
             completion_tokens = len(words)
+            # A slow "GPU": each request takes this long per output token (whole-request delay
+            # keeps the fake simple; tests use it to make one server clearly lose).
+            time.sleep(completion_tokens * float(os.environ.get("FAKE_VLLM_TOKEN_DELAY_S", "0")))
             drafts = completion_tokens if state.spec else 0
             state.counters.add(
                 prompt_tokens=prompt_tokens,
