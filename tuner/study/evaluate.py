@@ -12,7 +12,6 @@ This is the "trainable" of the study: it knows nothing of Optuna or Ray. Lifecyc
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,7 +24,7 @@ from tuner.errors import StartupFailed, TunerError
 from tuner.metrics import energy_meter_for
 from tuner.records import ServerStartRecord, ThroughputRecord, WorkloadRecord
 from tuner.server import FailureKind, Launcher, ServerSpec
-from tuner.workload import RunProgress, WorkloadSettings, run_throughput, run_workload_sync
+from tuner.workload import RunProgress, WorkloadSettings, run_throughput_sync, run_workload_sync
 
 __all__ = ["ThroughputPlan", "TrialRequest", "TrialResult", "evaluate"]
 
@@ -183,21 +182,14 @@ def evaluate(
 def _throughput(
     base_url: str, spec: ServerSpec, plan: ThroughputPlan
 ) -> tuple[ThroughputRecord, ...]:
-    async def run() -> tuple[ThroughputRecord, ...]:
-        async with httpx.AsyncClient(timeout=httpx.Timeout(600.0)) as client:
-            out = []
-            for streams in plan.streams:
-                out.append(
-                    await run_throughput(
-                        client,
-                        base_url=base_url,
-                        model=spec.served_model_name or spec.model,
-                        streams=streams,
-                        requests=max(plan.requests, streams),
-                        output_tokens=plan.output_tokens,
-                        prompt_tokens=plan.prompt_tokens,
-                    )
-                )
-            return tuple(out)
-
-    return asyncio.run(run())
+    return tuple(
+        run_throughput_sync(
+            base_url,
+            spec.served_model_name or spec.model,
+            streams=streams,
+            requests=max(plan.requests, streams),
+            output_tokens=plan.output_tokens,
+            prompt_tokens=plan.prompt_tokens,
+        )
+        for streams in plan.streams
+    )
