@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -275,3 +276,21 @@ def test_block_size_comes_from_the_metrics_unless_given() -> None:
     assert {s.reuse_class for s in record.task_records[0].steps[1:]} == {"one_block_short"}
     record = _run(OneBlockShort(), settings, block_size=4)  # the start's facts win
     assert {s.reuse_class for s in record.task_records[0].steps[1:]} == {"partial"}
+
+
+def test_traces_replay_and_their_hash_follows_the_file(tmp_path: Path) -> None:
+    line = json.dumps([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}])
+    path = tmp_path / "a.jsonl"
+    path.write_text(f"{line}\n{line}\n{line}\n")
+    settings = _settings(traces=str(path), warmup_tasks=1)
+    fake = FakeChat()
+    record = _run(fake, settings)
+    assert [(t.task_id, t.warmup) for t in record.task_records] == [
+        ("trace-1", True), ("trace-2", False), ("trace-3", False),
+    ]  # fmt: skip
+    assert record.successes == 2 and fake.bodies[0]["max_tokens"] == 1  # "yo" is one token
+    first = record.task_set_hash
+    path.write_text(f"{line}\n{line}\n{line.replace('yo', 'hey')}\n")
+    assert _run(FakeChat(), settings).task_set_hash != first
+    with pytest.raises(WorkloadError, match="use --mode replay"):
+        _run(FakeChat(), settings.model_copy(update={"mode": "live"}))

@@ -205,3 +205,13 @@ def test_environment_lookup() -> None:
     assert environment("orders").name == "orders"
     with pytest.raises(KeyError):
         environment("nope")
+
+
+def test_a_fact_counts_only_as_a_whole_token() -> None:
+    tasks = (generate_task("ledger", seed, SHAPES["cpu"]) for seed in SEEDS)
+    task = next(t for t in tasks if any(f.startswith("REQ-") for f in t.required_facts))
+    state = _play(task, task.calls)
+    skipped = next(f for f in task.required_facts if f.startswith("REQ-"))
+    assert check_task(task, state, task.answer).ok
+    assert not check_task(task, state, task.answer.replace(skipped, skipped + "1")).ok
+    assert not check_task(task, state, task.answer.replace(skipped, "X" + skipped)).ok

@@ -13,6 +13,7 @@ Phases of `run_workload`:
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 from collections import deque
 from collections.abc import Callable
@@ -91,7 +92,9 @@ def _jobs(settings: WorkloadSettings) -> tuple[list[_Job], list[_Job], str]:
         scripts = load_traces(settings.traces)
         warm = scripts[: settings.warmup_tasks] if len(scripts) > settings.warmup_tasks else []
         scored = scripts[len(warm) :][: settings.tasks]
-        digest = task_set_hash([s.task_id for s in scored], settings.shape)
+        # Trace ids are line numbers: the file's content tells two traces files apart.
+        content = hashlib.sha256(Path(settings.traces).read_bytes()).hexdigest()
+        digest = task_set_hash([content, *(s.task_id for s in scored)], settings.shape)
         warm_jobs = [_Job(i, True, None, s) for i, s in enumerate(warm)]
         return warm_jobs, [_Job(i, False, None, s) for i, s in enumerate(scored)], digest
     scored_tasks = build_task_set(settings)
