@@ -54,6 +54,9 @@ def test_cpu_shape_fits_smollm2_on_two_cores(smollm2_tokens: TokenCounter) -> No
 
 
 def test_the_estimate_is_flagged_and_close_to_real_counts(smollm2_tokens: TokenCounter) -> None:
+    # ChatML: <|im_start|>, the role, a newline, then <|im_end|> and a newline around content.
+    assert smollm2_tokens.message_overhead == 5
+    assert TokenCounter.load(smollm2_tokens.name) is smollm2_tokens  # loaded once per process
     settings = WorkloadSettings(tasks=24, tool_protocol="text", shape=SuiteShape.cpu_small())
     real = describe_suite(settings, smollm2_tokens, block_size=128)
     estimated = describe_suite(settings, TokenCounter.estimate(), block_size=128)

@@ -12,6 +12,7 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 
 from tuner.errors import WorkloadError
 
@@ -71,6 +72,8 @@ class TokenCounter:
     def load(cls, tokenizer: str | None) -> TokenCounter:
         """A counter for the tokenizer at `tokenizer` (a local path or cached name).
 
+        Loaded once per process and path (a worker runs many trials with one tokenizer).
+
         Args:
             tokenizer: Path or name for `AutoTokenizer.from_pretrained`; None for the estimate.
 
@@ -79,19 +82,25 @@ class TokenCounter:
         """
         if tokenizer is None:
             return cls.estimate()
-        try:
-            from transformers import AutoTokenizer
+        return _load(str(tokenizer))
 
-            tok = AutoTokenizer.from_pretrained(tokenizer)
-        except Exception as exc:  # transformers raises many types; the user needs one line
-            raise WorkloadError(
-                f"cannot load the tokenizer {tokenizer!r}: {exc}; give a local model path"
-            ) from exc
 
-        def count(text: str) -> int:
-            return len(tok.encode(text, add_special_tokens=False))
+@lru_cache(maxsize=4)
+def _load(tokenizer: str) -> TokenCounter:
+    """Load a tokenizer's counter (cached; a failure is not, so a fixed path can be retried)."""
+    try:
+        from transformers import AutoTokenizer
 
-        return cls(str(tokenizer), count, _message_overhead(tok, count))
+        tok = AutoTokenizer.from_pretrained(tokenizer)
+    except Exception as exc:  # transformers raises many types; the user needs one line
+        raise WorkloadError(
+            f"cannot load the tokenizer {tokenizer!r}: {exc}; give a local model path"
+        ) from exc
+
+    def count(text: str) -> int:
+        return len(tok.encode(text, add_special_tokens=False))
+
+    return TokenCounter(tokenizer, count, _message_overhead(tok, count))
 
 
 def _message_overhead(tok: object, count: Callable[[str], int]) -> int:
@@ -107,7 +116,7 @@ def _message_overhead(tok: object, count: Callable[[str], int]) -> int:
         ids = apply(messages, tokenize=True, add_generation_prompt=False)
     except Exception:  # a template that rejects this shape: fall back to the ChatML figure
         return 5
-    if isinstance(ids, dict):  # newer transformers return a BatchEncoding
+    if not isinstance(ids, list):  # newer transformers return a BatchEncoding
         ids = ids["input_ids"]
     content = count("policy") + count("question")
     return max(0, (len(ids) - content) // 2)
