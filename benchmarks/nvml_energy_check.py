@@ -67,6 +67,7 @@ def main() -> int:
           f"({flops / load_s / 1e12:.0f} TFLOP/s bf16)")  # fmt: skip
     print(f"idle: {idle_j:.1f} J over {args.idle_s:.2f} s = {idle_j / args.idle_s:.0f} W")
     print(f"ratio load/idle power: {(load_j / load_s) / (idle_j / args.idle_s):.2f}")
+    print(f"GPU memory in use with the operands allocated: {meter.memory_used_mib():,.0f} MiB")
     return 0 if load_j > 0 and idle_j is not None else 1
 
 

@@ -132,6 +132,7 @@ class WorkloadRecord:
     output_tokens_per_s: float | None = None
     joules_per_task: float | None = None
     joules_per_token: float | None = None
+    gpu_memory_used_mib: float | None = None  # NVML, summed over the server's GPUs, at window end
     task_records: tuple[TaskRecord, ...] = ()
 
     @property

@@ -36,6 +36,26 @@ def test_upgrade_downgrade_upgrade(storage_url: str) -> None:
     assert "tuner_workload_runs" in _tables(storage_url)
 
 
+def test_a_database_of_the_first_schema_upgrades_and_keeps_its_rows(tmp_path: Path) -> None:
+    """tests/assets/tuner-0001.db was written at revision 0001 (before GPU memory existed)."""
+    import shutil
+
+    from tuner.storage import Store
+
+    db = tmp_path / "old.db"
+    shutil.copy(REPO / "tests" / "assets" / "tuner-0001.db", db)
+    url = f"sqlite:///{db}"
+    assert current(url) == "0001"
+    upgrade(url)
+    assert current(url) == head()
+    store = Store(url)
+    (run,) = store.workload_runs("old-study", 0, with_tasks=True)
+    store.close()
+    assert run.record.tasks_per_hour == 120.0
+    assert len(run.record.task_records) == 3
+    assert run.record.gpu_memory_used_mib is None  # not measured then; never invented
+
+
 def test_wheel_ships_migrations_and_upgrades_a_new_sqlite_file(tmp_path: Path) -> None:
     """Build the wheel, install it into a fresh venv, run `tuner db upgrade` from there.
 
@@ -83,3 +103,30 @@ def test_wheel_ships_migrations_and_upgrades_a_new_sqlite_file(tmp_path: Path) -
     ).stdout.strip()
     assert where.endswith("tuner/_alembic") and str(venv) in where
     assert current(f"sqlite:///{db}") == head()
+
+
+def test_migrations_match_the_models(sqlite_url: str) -> None:
+    """No column exists in the ORM models that a migration did not create (and vice versa)."""
+    from alembic.autogenerate import compare_metadata
+    from alembic.runtime.migration import MigrationContext
+
+    from tuner.storage.schema import Base
+
+    def ours(name: str | None, type_: str, _parent: object) -> bool:
+        return type_ != "table" or (
+            (name or "").startswith("tuner_") and name != "tuner_alembic_version"
+        )
+
+    def diff() -> list[object]:
+        engine = open_engine(sqlite_url)
+        try:
+            with engine.connect() as conn:
+                ctx = MigrationContext.configure(conn, opts={"include_name": ours})
+                return list(compare_metadata(ctx, Base.metadata))
+        finally:
+            engine.dispose()
+
+    upgrade(sqlite_url, "0001")
+    assert any("gpu_memory_used_mib" in str(d) for d in diff())  # the check can see a gap
+    upgrade(sqlite_url)
+    assert diff() == []

@@ -102,6 +102,7 @@ def _workload(successes: int = 2) -> WorkloadRecord:
         ttft_p99=0.3,
         tpot_p50=0.02,
         output_tokens_per_s=2.4,
+        gpu_memory_used_mib=20_480.5,
         task_records=tasks,
     )
 

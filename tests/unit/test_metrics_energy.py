@@ -40,3 +40,10 @@ def test_no_energy_meter_says_none_never_zero() -> None:
     assert meter.stop() is None
     assert isinstance(meter, EnergyMeter)
     assert isinstance(NvmlEnergyMeter([0], FakeNvml([1])), EnergyMeter)
+
+
+def test_gpu_memory_is_summed_over_the_servers_gpus() -> None:
+    nvml = FakeNvml([1, 1, 1])
+    nvml.used_mib = [1000.0, 2500.5, 7.0]
+    assert NvmlEnergyMeter([0, 1], nvml).memory_used_mib() == 3500.5
+    assert NoEnergyMeter().memory_used_mib() is None  # not measured, never zero

@@ -94,3 +94,11 @@ def test_enqueued_baseline_is_replayed_exactly() -> None:
         "kv_cache_memory_bytes": 2_000_000_000,
         "max_num_seqs": 8,
     }
+
+
+def test_cpu_preset_uses_the_documented_cpu_shape() -> None:
+    from tuner.workload import SuiteShape
+
+    preset = load_preset(model="smollm2-135m", gpu="cpu")
+    assert preset.workload.shape == SuiteShape.cpu_small()
+    assert preset.workload.tool_protocol == "text"  # SmolLM2 has no tool parser in vLLM

@@ -9,6 +9,7 @@ zero. `FakeNvml` is a named stand-in for the pynvml functions the meter calls, f
 from __future__ import annotations
 
 from collections.abc import Sequence
+from types import SimpleNamespace
 from typing import Any, Protocol, runtime_checkable
 
 __all__ = ["EnergyMeter", "FakeNvml", "NoEnergyMeter", "NvmlEnergyMeter", "energy_meter_for"]
@@ -24,6 +25,9 @@ class EnergyMeter(Protocol):
     def stop(self) -> float | None:
         """End the window; joules used, or None when not measured."""
 
+    def memory_used_mib(self) -> float | None:
+        """GPU memory in use now (MiB, summed over the GPUs), or None when not measured."""
+
 
 class NoEnergyMeter:
     """The meter for machines without NVML: energy is not measured."""
@@ -32,6 +36,10 @@ class NoEnergyMeter:
         """Nothing to start."""
 
     def stop(self) -> float | None:
+        """Always None ("not measured")."""
+        return None
+
+    def memory_used_mib(self) -> float | None:
         """Always None ("not measured")."""
         return None
 
@@ -77,6 +85,14 @@ class NvmlEnergyMeter:
         self._start = None
         return millijoules / 1000.0
 
+    def memory_used_mib(self) -> float | None:
+        """Memory in use on the GPUs now (vLLM holds its KV cache for the server's life)."""
+        try:
+            used = sum(int(self._nvml.nvmlDeviceGetMemoryInfo(h).used) for h in self._handles)
+        except Exception:  # unreadable now: not measured, not zero
+            return None
+        return used / 2**20
+
 
 def energy_meter_for(gpu_indices: Sequence[int], nvml: Any = None) -> EnergyMeter:
     """NVML's meter for `gpu_indices` when NVML initialises, else `NoEnergyMeter`."""
@@ -102,6 +118,7 @@ class FakeNvml:
         self, step_mj: Sequence[int], *, start_mj: int = 1_000_000, fail_init: bool = False
     ) -> None:
         self.step_mj = list(step_mj)
+        self.used_mib = [1024.0 * (i + 1) for i in range(len(step_mj))]
         self.energy_mj = [start_mj] * len(step_mj)
         self.fail_init = fail_init
         self.reads = 0
@@ -116,6 +133,10 @@ class FakeNvml:
         if not 0 <= index < len(self.step_mj):
             raise self.NVMLError("Invalid Argument")
         return index
+
+    def nvmlDeviceGetMemoryInfo(self, handle: int) -> SimpleNamespace:
+        """Memory of GPU `handle`: `used_mib[handle]` MiB in use (as bytes, like NVML)."""
+        return SimpleNamespace(used=int(self.used_mib[handle] * 2**20))
 
     def nvmlDeviceGetTotalEnergyConsumption(self, handle: int) -> int:
         """Millijoules since the driver loaded; grows by the GPU's step at every read."""

@@ -104,6 +104,7 @@ class WorkloadRunRow(Base):
     output_tokens_per_s: Mapped[float | None] = mapped_column(Float)
     joules_per_task: Mapped[float | None] = mapped_column(Float)
     joules_per_token: Mapped[float | None] = mapped_column(Float)
+    gpu_memory_used_mib: Mapped[float | None] = mapped_column(Float)  # revision 0002
     created_at: Mapped[datetime] = mapped_column(DateTime, server_default=func.now())
 
     task_results: Mapped[list[TaskResultRow]] = relationship(

@@ -63,6 +63,7 @@ class TrialAttr:
     MEAN_ACCEPTANCE_LENGTH: Final = "mean_acceptance_length"
     PREEMPTIONS: Final = "preemptions"
     ENERGY_PER_TASK_J: Final = "energy_per_task_j"  # absent when not measured
+    GPU_MEMORY_MIB: Final = "gpu_memory_mib"  # NVML, at the end of the window; absent on CPU
     STARTUP_S: Final = "startup_s"
     TIMING: Final = "timing"  # worker seconds: wall, startup, workload (warm-up too), throughput
     FAILURE_KIND: Final = "failure_kind"  # tuner.server FailureKind value, or "interrupted"

@@ -66,6 +66,8 @@ def measurement_attrs(result: TrialResult) -> dict[str, Any]:
             attrs[TrialAttr.ACCEPTANCE_RATE] = round(w.acceptance_rate, 4)
         if w.mean_acceptance_length is not None:
             attrs[TrialAttr.MEAN_ACCEPTANCE_LENGTH] = round(w.mean_acceptance_length, 3)
+        if w.gpu_memory_used_mib is not None:
+            attrs[TrialAttr.GPU_MEMORY_MIB] = round(w.gpu_memory_used_mib, 1)
         if w.joules_per_task is not None:
             attrs[TrialAttr.ENERGY_PER_TASK_J] = round(w.joules_per_task, 2)
         if result.pruned:

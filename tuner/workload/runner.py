@@ -255,6 +255,7 @@ async def run_workload(
     await _run_phase(ctx, scored, clock_zero, should_stop, report)
     wall = time.perf_counter() - scored.started
     joules = energy.stop() if energy is not None else None
+    memory_mib = energy.memory_used_mib() if energy is not None else None
     after = await scrape_metrics(client, base_url)
 
     records = sorted(scored.records, key=lambda r: r.index)
@@ -297,6 +298,7 @@ async def run_workload(
         output_tokens_per_s=score.output_tokens_per_s,
         joules_per_task=score.joules_per_task,
         joules_per_token=score.joules_per_token,
+        gpu_memory_used_mib=memory_mib,
         task_records=tuple(sorted(warm.records, key=lambda r: r.index)) + tuple(records),
     )
 
