@@ -72,12 +72,15 @@ def _cpu_script(exported: str, port: int) -> str:
     """
     lines = [line for line in exported.splitlines() if not line.startswith("#")]
     head = shlex.split(lines[0].removesuffix("\\"))
+    # Environment assignments the preset sets (NAME=value) stay in front, as exported.
+    env = [word for word in head if "=" in word.split("/")[0] and word[0].isupper()]
+    head = head[len(env) :]
     assert head[:2] == ["vllm", "serve"] and len(head) == 3, lines[0]
     launch = get_settings().launch_command()
     model = [head[2]] if launch.model_positional else ["--model", head[2]]
     lines[0] = shlex.join([*launch.argv, *model]) + " \\"
     lines[-1] += f" --port {port}"
-    return "exec " + "\n".join(lines) + "\n"
+    return " ".join([*env, "exec", *lines[:1]]) + "\n" + "\n".join(lines[1:]) + "\n"
 
 
 @contextmanager
