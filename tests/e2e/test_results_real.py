@@ -69,24 +69,26 @@ def _cpu_script(exported: str, port: int) -> str:
 
     Nothing else changes but the port, which is added so that the test never collides with
     another server on this machine (the export binds 127.0.0.1 and leaves the port default).
+    Environment assignments the preset sets (NAME=value) stay in front, as exported.
     """
-    lines = [line for line in exported.splitlines() if not line.startswith("#")]
-    head = shlex.split(lines[0].removesuffix("\\"))
-    # Environment assignments the preset sets (NAME=value) stay in front, as exported.
-    env = [word for word in head if "=" in word.split("/")[0] and word[0].isupper()]
-    head = head[len(env) :]
-    assert head[:2] == ["vllm", "serve"] and len(head) == 3, lines[0]
+    command = " ".join(
+        line.removesuffix("\\") for line in exported.splitlines() if not line.startswith("#")
+    )
+    words = shlex.split(command)
+    env = []
+    while words and "=" in words[0] and words[0].split("=", 1)[0].isidentifier():
+        env.append(words.pop(0))
+    assert words[:2] == ["vllm", "serve"] and len(words) >= 3, command
     launch = get_settings().launch_command()
-    model = [head[2]] if launch.model_positional else ["--model", head[2]]
-    lines[0] = shlex.join([*launch.argv, *model]) + " \\"
-    lines[-1] += f" --port {port}"
-    return " ".join([*env, "exec", *lines[:1]]) + "\n" + "\n".join(lines[1:]) + "\n"
+    model = [words[2]] if launch.model_positional else ["--model", words[2]]
+    argv = [*launch.argv, *model, *words[3:], "--port", str(port)]
+    return shlex.join(env) + (" " if env else "") + "exec " + shlex.join(argv) + "\n"
 
 
 @contextmanager
 def _launched(script: str, log_path: Path) -> Iterator[str]:
     """Run the script in bash in its own process group; yield the base URL once healthy."""
-    port = int(script.rsplit("--port ", 1)[1])
+    port = int(script.rsplit("--port ", 1)[1].split()[0])
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
             ["bash", "-c", script], stdout=log, stderr=subprocess.STDOUT, start_new_session=True
