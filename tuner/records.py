@@ -16,7 +16,23 @@ __all__ = [
     "TaskRecord",
     "ThroughputRecord",
     "WorkloadRecord",
+    "acceptance_rate",
+    "mean_acceptance_length",
 ]
+
+
+def acceptance_rate(draft_tokens: int | None, accepted: int | None) -> float | None:
+    """Accepted / proposed draft tokens; None when nothing was proposed (undefined, not 0)."""
+    if not draft_tokens or accepted is None:
+        return None
+    return accepted / draft_tokens
+
+
+def mean_acceptance_length(drafts: int | None, accepted: int | None) -> float | None:
+    """1 + accepted tokens per draft (vLLM's definition); None without drafts."""
+    if not drafts or accepted is None:
+        return None
+    return 1.0 + accepted / drafts
 
 
 @dataclass(frozen=True)
@@ -138,16 +154,12 @@ class WorkloadRecord:
     @property
     def acceptance_rate(self) -> float | None:
         """Accepted draft tokens / proposed draft tokens."""
-        if not self.spec_draft_tokens or self.spec_accepted_tokens is None:
-            return None
-        return self.spec_accepted_tokens / self.spec_draft_tokens
+        return acceptance_rate(self.spec_draft_tokens, self.spec_accepted_tokens)
 
     @property
     def mean_acceptance_length(self) -> float | None:
         """1 + accepted tokens per draft (vLLM's definition)."""
-        if not self.spec_drafts or self.spec_accepted_tokens is None:
-            return None
-        return 1.0 + self.spec_accepted_tokens / self.spec_drafts
+        return mean_acceptance_length(self.spec_drafts, self.spec_accepted_tokens)
 
 
 @dataclass(frozen=True)

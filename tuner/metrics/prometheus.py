@@ -14,6 +14,8 @@ from dataclasses import dataclass
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from tuner.records import acceptance_rate, mean_acceptance_length
+
 __all__ = [
     "MetricsSnapshot",
     "ServerCounters",
@@ -124,16 +126,12 @@ class ServerCounters:
     @property
     def acceptance_rate(self) -> float | None:
         """Accepted / proposed draft tokens."""
-        if not self.spec_draft_tokens or self.spec_accepted_tokens is None:
-            return None
-        return self.spec_accepted_tokens / self.spec_draft_tokens
+        return acceptance_rate(self.spec_draft_tokens, self.spec_accepted_tokens)
 
     @property
     def mean_acceptance_length(self) -> float | None:
         """1 + accepted tokens per draft (vLLM's definition)."""
-        if not self.spec_drafts or self.spec_accepted_tokens is None:
-            return None
-        return 1.0 + self.spec_accepted_tokens / self.spec_drafts
+        return mean_acceptance_length(self.spec_drafts, self.spec_accepted_tokens)
 
 
 def _delta(before: MetricsSnapshot, after: MetricsSnapshot, name: str) -> int | None:
