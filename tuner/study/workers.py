@@ -7,7 +7,6 @@ worker to stop a losing trial early.
 
 from __future__ import annotations
 
-import os
 import threading
 from dataclasses import asdict, replace
 from typing import Any
@@ -55,9 +54,6 @@ class _TrialWorker:
 
     def __init__(self, hub: Any) -> None:
         self._hub = hub
-
-    def pid(self) -> int:
-        return os.getpid()
 
     def run(self, request: TrialRequest) -> TrialResult:
         n = request.trial_number
