@@ -9,7 +9,6 @@ import typer
 
 from tuner.cli._app import StorageOption, app, console, console_err
 from tuner.results import FORMATS, choose_export, load_results, render_export, write_report
-from tuner.results.dashboard import serve_dashboard
 from tuner.results.report import summary_lines, terminal_tables, to_rich
 from tuner.settings import get_settings
 from tuner.storage import masked
@@ -77,6 +76,9 @@ def dashboard_cmd(
     port: int = typer.Option(8080, "--port", min=1, max=65535, help="Port to listen on."),
 ) -> None:
     """Serve optuna-dashboard on the study storage (Ctrl-C stops it)."""
+    # optuna-dashboard is needed by this command alone; others run where it is missing.
+    from tuner.results.dashboard import serve_dashboard
+
     url = _url(storage)
     console_err.print(
         f"optuna-dashboard for {masked(url)} on http://{host}:{port}/",

@@ -12,7 +12,6 @@ from pathlib import Path
 from tuner.errors import ConfigError
 from tuner.results.html import render_html
 from tuner.results.loading import StudyResults
-from tuner.results.plots import render_plots
 from tuner.results.report import report_markdown
 
 __all__ = ["ReportFiles", "write_report"]
@@ -33,6 +32,9 @@ def write_report(results: StudyResults, out_dir: Path) -> ReportFiles:
     Raises:
         ConfigError: `out_dir` cannot be created or written.
     """
+    # matplotlib is imported by `tuner report` alone, so export and optimize run without it.
+    from tuner.results.plots import render_plots
+
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         pngs = render_plots(results)
