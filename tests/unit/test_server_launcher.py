@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -188,30 +189,51 @@ time.sleep(600)
 """
 
 
-def test_server_of_a_killed_owner_is_reaped_by_the_next_launcher(tmp_path: Path) -> None:
-    state_dir = tmp_path / "run"
+def _start_holder(tmp_path: Path) -> tuple[subprocess.Popen[str], int, int]:
     holder = subprocess.Popen(
-        [sys.executable, "-c", _HOLDER, str(tmp_path / "logs"), str(state_dir)],
+        [sys.executable, "-c", _HOLDER, str(tmp_path / "logs"), str(tmp_path / "run")],
         stdout=subprocess.PIPE,
         text=True,
     )
+    assert holder.stdout is not None
+    pid, port = (int(x) for x in holder.stdout.readline().split())
+    return holder, pid, port
+
+
+def _sigkill(holder: subprocess.Popen[str]) -> None:
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    if holder.stdout is not None:
+        holder.stdout.close()
+
+
+def test_server_of_a_sigkilled_owner_is_stopped_by_its_supervisor(tmp_path: Path) -> None:
+    holder, pid, port = _start_holder(tmp_path)
     try:
-        assert holder.stdout is not None
-        pid, port = (int(x) for x in holder.stdout.readline().split())
         # A live owner's server is left alone by other launchers sharing the directory.
         assert _launcher(tmp_path).reaped == []
         assert group_members(pid) != []
     finally:
-        holder.send_signal(signal.SIGKILL)
-        holder.wait()
-        if holder.stdout is not None:
-            holder.stdout.close()
-    time.sleep(0.2)
+        _sigkill(holder)
+    deadline = time.monotonic() + 10.0
+    while group_members(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    _assert_gone(pid, port)
+    assert "is gone; stopping the server" in next((tmp_path / "logs").glob("*.log")).read_text()
+
+
+def test_server_of_a_killed_owner_is_reaped_by_the_next_launcher(tmp_path: Path) -> None:
+    holder, pid, port = _start_holder(tmp_path)
+    # A supervisor that cannot act (stopped here; OOM-killed or frozen in real life) leaves
+    # the group to the reaper.
+    os.kill(pid, signal.SIGSTOP)
+    _sigkill(holder)
+    time.sleep(0.5)
     assert group_members(pid) != []  # SIGKILL runs no cleanup: the server is orphaned
     reaping = _launcher(tmp_path)
     assert [(r.pid, r.port) for r in reaping.reaped] == [(pid, port)]
     _assert_gone(pid, port)
-    assert list(state_dir.glob("server-*.json")) == []
+    assert list((tmp_path / "run").glob("server-*.json")) == []
 
 
 def test_a_picked_port_taken_before_the_bind_is_retried_on_another(

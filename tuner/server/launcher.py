@@ -3,8 +3,9 @@
 The lifecycle, in phases:
 
 1. reap: a new `Launcher` first stops server groups left by tuner processes that died.
-2. launch: `Popen` in a new session (its own process group), output to a log file per start,
-   the group recorded in a pid file.
+2. launch: `Popen` in a new session (its own process group) under `supervisor.py`, which takes
+   the group down within seconds if this process dies (even by SIGKILL); output goes to a log
+   file per start, the group is recorded in a pid file.
 3. wait: poll `GET /health` while watching the process. Exit before 200, or no 200 within
    the timeout, is a `StartupFailed` carrying the classified failure; the group is stopped.
 4. ready: read the startup facts from the log and from /metrics, return a `ServerHandle`.
@@ -22,6 +23,7 @@ import itertools
 import os
 import socket
 import subprocess
+import sys
 import time
 from datetime import datetime
 from pathlib import Path
@@ -51,6 +53,11 @@ _POLL_S = 0.2
 _counter = itertools.count()
 _PORT_RETRIES = 2
 _PORT_TAKEN = "Address already in use"
+# Run by path with -S: the supervisor imports only the standard library (see its docstring).
+_SUPERVISOR = str(Path(__file__).with_name("supervisor.py"))
+# Seconds the supervisor gives the group after SIGTERM when its owner died; vLLM's API server,
+# engine core and workers exit in 1-3 s on SIGTERM on the CPU build.
+ORPHAN_GRACE_S = 5.0
 # Handles not yet stopped (strong references: a dropped handle must still be stopped at exit).
 _live: set[ServerHandle] = set()
 
@@ -95,7 +102,7 @@ class ServerHandle:
 
     @property
     def pid(self) -> int:
-        """The server's main process (also its process group id)."""
+        """The group leader (the supervisor of `vllm serve`), whose pid is the process group id."""
         return self._process.pid
 
     @property
@@ -261,7 +268,7 @@ class Launcher:
         began = time.monotonic()
         with open(log_path, "ab") as log:  # appends: group members share it
             process = subprocess.Popen(
-                argv,
+                [sys.executable, "-S", _SUPERVISOR, str(ORPHAN_GRACE_S), "--", *argv],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,

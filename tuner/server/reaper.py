@@ -104,7 +104,10 @@ def kill_group(
     Returns:
         Members still alive 5 s after SIGKILL (empty when the group is gone).
     """
-    _signal_members(group_members(pgid, since_ticks=since_ticks), signal.SIGTERM)
+    members = group_members(pgid, since_ticks=since_ticks)
+    _signal_members(members, signal.SIGTERM)
+    # A stopped member (SIGSTOP, a debugger) would hold SIGTERM pending until the SIGKILL.
+    _signal_members(members, signal.SIGCONT)
     deadline = time.monotonic() + grace_s
     while (members := group_members(pgid, since_ticks=since_ticks)) and (
         time.monotonic() < deadline
