@@ -2,7 +2,7 @@
 
 `NvmlEnergyMeter` reads `nvmlDeviceGetTotalEnergyConsumption` (millijoules since the driver
 loaded) at start and stop and sums the growth over the server's GPUs, idle time between
-requests included (DESIGN.md section 5). `NoEnergyMeter` says "not measured" (None), never
+requests included (docs/vllm-facts.md, NVML). `NoEnergyMeter` says "not measured" (None), never
 zero. `FakeNvml` is a named stand-in for the pynvml functions the meter calls, for tests.
 """
 

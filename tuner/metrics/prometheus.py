@@ -1,7 +1,7 @@
 """vLLM's /metrics: scrape, parse with prometheus_client, and take counter deltas.
 
 The scored window is bracketed by two scrapes; `counter_deltas` turns them into the
-diagnostics of DESIGN.md section 1: prefix-cache hit ratio, speculative drafts and acceptance
+diagnostics of docs/workload.md: prefix-cache hit ratio, speculative drafts and acceptance
 (overall and per position), preemptions, prompt and generated tokens. A counter the server does
 not export (speculation off, `--disable-log-stats`) gives None, never zero.
 """

@@ -1,7 +1,7 @@
 """What a started server became: startup facts read from its log and from /metrics.
 
 vLLM logs its KV cache size, concurrency, load and init times once at startup (formats in
-DESIGN.md section 4, numbers with thousands commas, a `GPU`/`CPU` prefix on the KV line; the
+docs/vllm-facts.md, numbers with thousands commas, a `GPU`/`CPU` prefix on the KV line; the
 CPU build's own lines for KV memory and weight loading) and
 publishes `vllm:cache_config_info` on /metrics. `parse_log` reads the first, `parse_cache_info`
 the second, and `merge_facts` combines them (the metrics win where both speak: they are what

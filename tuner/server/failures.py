@@ -3,7 +3,7 @@
 `classify(log_text, exit_code, timed_out)` turns a failed start into a `StartupFailure` that
 carries the class, vLLM's message, the numbers in it (requested and available Mamba blocks,
 the estimated maximum model length, ...), the relevant log lines and the log path. The texts
-matched are vLLM 0.32's (DESIGN.md section 4); anything unrecognised is `crashed` with the
+matched are vLLM 0.32's (docs/vllm-facts.md); anything unrecognised is `crashed` with the
 last 40 log lines.
 """
 

@@ -2,7 +2,7 @@
 
 A spec renders two ways: `argv()` for the configured launch command (the API server module on
 the CPU build, `vllm serve` elsewhere) and `serve_command()`, the `vllm serve MODEL ...` line a
-user pastes. Validation mirrors vLLM's own rules (DESIGN.md section 4) so that a bad candidate
+user pastes. Validation mirrors vLLM's own rules (docs/vllm-facts.md) so that a bad candidate
 fails here, in one line, instead of after a minute-long start.
 """
 
