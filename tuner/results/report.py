@@ -1,4 +1,4 @@
-"""The report's tables: per config, the numbers of DESIGN.md section 1, as text cells.
+"""The report's tables: per config, the published table's columns (docs/workload.md), as text cells.
 
 `report_tables` turns a study into `ReportTable`s (plain strings, "not measured" where a value is
 None); `to_markdown` and `to_rich` only lay them out, so tests check the cells once for both.

@@ -35,7 +35,7 @@ from tuner.workload.tokens import TokenCounter
 
 __all__ = ["AgentContext", "Outcome", "live_task", "replay_task"]
 
-# Tool latency is lognormal with p99 = 12x the median (0.25 s -> 3 s, DESIGN.md section 6).
+# Tool latency is lognormal with p99 = 12x the median (0.25 s -> 3 s, docs/workload.md).
 _LATENCY_SIGMA = math.log(12.0) / 2.3263478740408408
 
 

@@ -3,7 +3,7 @@
 `describe_suite` renders every task exactly as the replay runner sends it and measures the
 shared prefix, steps per task, tool outputs, assistant turns, prompt growth per step, final
 context and the ideal prefix-cache hit ratio, so anyone can check the suite against the
-realistic shape of DESIGN.md section 6.
+realistic shape in docs/workload.md.
 """
 
 from __future__ import annotations

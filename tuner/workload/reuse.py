@@ -1,7 +1,7 @@
 """Prefix reuse of one step against the previous step of the same task.
 
 vLLM caches whole KV blocks, so the most a step can reuse of the previous prompt is that prompt
-up to its last full block. Classes (DESIGN.md section 6):
+up to its last full block. Classes (docs/workload.md):
 
 - "all": at least that much was served from the cache;
 - "one_block_short": exactly one block less (EAGLE/MTP drafters drop the last block);

@@ -1,6 +1,6 @@
 """The shape of the agent suite: prefix, steps, tool outputs, turn sizes and context bound.
 
-`SuiteShape()` is the realistic shape of DESIGN.md section 6 (measured on tau-bench and
+`SuiteShape()` is the realistic shape of docs/workload.md (measured on tau-bench and
 mini-swe-agent traces) for a 16k-token window; `SuiteShape.cpu_small()` scales it down for
 SmolLM2-135M on the 2-core CPU build so that a 12-task replay with 2 agents takes well under a
 minute while the shared prefix still spans several 128-token KV blocks.
@@ -72,7 +72,7 @@ class SuiteShape(BaseModel):
 
     @classmethod
     def default(cls) -> SuiteShape:
-        """The realistic shape of DESIGN.md section 6 (16k-token window)."""
+        """The realistic shape of docs/workload.md (16k-token window)."""
         return cls()
 
     @classmethod
