@@ -199,7 +199,7 @@ def test_tiny_hybrid_with_mtp_counts_drafts_and_stop_leaves_nothing(
         model=str(tiny_hybrid_path),
         served_model_name="tiny-hybrid",
         load_format="dummy",
-        enable_prefix_caching=False,  # hybrid + prefix caching fails on CPU (DESIGN.md 5)
+        enable_prefix_caching=False,  # hybrid + prefix caching fails on CPU (docs/vllm-facts.md)
         kv_cache_memory_bytes=SMALL_KV_BYTES,
         max_model_len=4096,
         speculative=SpeculativeSpec(method="mtp", num_speculative_tokens=1),

@@ -4,7 +4,7 @@
   with 2 agents, a live run, and the 4-agent reference run;
 - a KV cache too small for 4 agents' working set (but holding one max-length request):
   lower hit ratio and more preemptions than the large cache, the memory mechanism of
-  DESIGN.md section 1 reproduced for real;
+  the published case (docs/workload.md) reproduced for real;
 - prefix caching off with ngram speculation: a hit ratio of zero, drafts and acceptance.
 
 Run under `flock /tmp/tuner-vllm.lock pytest -m vllm tests/integration/test_workload_vllm.py`.

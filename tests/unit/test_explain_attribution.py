@@ -1,4 +1,4 @@
-"""The attribution arithmetic of `tuner explain`, on the published numbers (DESIGN.md §1)."""
+"""The attribution arithmetic of `tuner explain`, on the published numbers (docs/workload.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The suite shape in SmolLM2 tokens matches DESIGN.md section 6 (and the CPU shape fits)."""
+"""The suite shape in SmolLM2 tokens matches docs/workload.md (and the CPU shape fits)."""
 
 from __future__ import annotations
 
