@@ -12,7 +12,16 @@ from typing import Any, Literal
 
 import optuna
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveInt,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from tuner.errors import ConfigError
 from tuner.server import ServerSpec, SpeculativeSpec
@@ -38,7 +47,7 @@ class IntRange(BaseModel):
     model_config = _FROZEN
     low: int = Field(ge=0)
     high: int
-    step: int = 1
+    step: int = Field(default=1, ge=1)
 
     @model_validator(mode="after")
     def _ordered(self) -> IntRange:
@@ -53,7 +62,7 @@ class FloatRange(BaseModel):
     model_config = _FROZEN
     low: float
     high: float
-    step: float | None = None
+    step: float | None = Field(default=None, gt=0)
 
     @model_validator(mode="after")
     def _ordered(self) -> FloatRange:
@@ -86,11 +95,20 @@ class GpuPart(BaseModel):
 
     model_config = _FROZEN
     name: str
-    memory_gib: float | None = None
+    memory_gib: float | None = Field(default=None, gt=0)
     count: int = Field(default=1, ge=1)
     tensor_parallel_size: int = Field(default=1, ge=1)
     # CPU presets: servers need no GPU; Ray slots then reserve none.
     cpu: bool = False
+
+    @model_validator(mode="after")
+    def _fits(self) -> GpuPart:
+        if self.tensor_parallel_size > self.count:
+            raise ValueError(
+                f"tensor_parallel_size ({self.tensor_parallel_size}) needs that many GPUs; "
+                f"count is {self.count}"
+            )
+        return self
 
     @property
     def slots(self) -> int:
@@ -99,26 +117,59 @@ class GpuPart(BaseModel):
 
 
 class SearchSpace(BaseModel):
-    """What the sampler may choose."""
+    """What the sampler may choose; every value one that vLLM itself would accept."""
 
     model_config = _FROZEN
-    methods: tuple[Method, ...] = ("none", "ngram")
+    methods: tuple[Method, ...] = Field(default=("none", "ngram"), min_length=1)
+    # vLLM: num_speculative_tokens, prompt_lookup_min and prompt_lookup_max are >= 1, and
+    # prompt_lookup_min <= prompt_lookup_max; max_num_seqs >= 1; 0 < gpu_memory_utilization <= 1.
     num_speculative_tokens: IntRange = IntRange(low=1, high=4)
     prompt_lookup_min: IntRange = IntRange(low=1, high=4)
     prompt_lookup_max: IntRange = IntRange(low=2, high=6)
     gpu_memory_utilization: FloatRange | None = None
-    kv_cache_memory_bytes: tuple[int, ...] | None = None
-    max_num_seqs: tuple[int, ...] = (256,)
+    kv_cache_memory_bytes: tuple[PositiveInt, ...] | None = Field(default=None, min_length=1)
+    max_num_seqs: tuple[PositiveInt, ...] = Field(default=(256,), min_length=1)
     search_disable_eagle_block_drop: bool = False
+
+    @field_validator("num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max")
+    @classmethod
+    def _at_least_one(cls, value: IntRange, info: ValidationInfo) -> IntRange:
+        if value.low < 1:
+            raise ValueError(f"{info.field_name}.low must be >= 1 (vLLM rejects {value.low})")
+        return value
+
+    @field_validator("gpu_memory_utilization")
+    @classmethod
+    def _fraction(cls, value: FloatRange | None) -> FloatRange | None:
+        if value is not None and not (value.low > 0 and value.high <= 1):
+            raise ValueError(f"must lie in (0, 1]; got {value.low}..{value.high}")
+        return value
+
+    @field_validator("methods")
+    @classmethod
+    def _distinct(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if len(set(value)) != len(value):
+            raise ValueError(f"lists a method twice: {list(value)}")
+        return value
+
+    @model_validator(mode="after")
+    def _lookup_ordered(self) -> SearchSpace:
+        if self.prompt_lookup_min.high > self.prompt_lookup_max.high:
+            raise ValueError(
+                f"prompt_lookup_min.high ({self.prompt_lookup_min.high}) must be <= "
+                f"prompt_lookup_max.high ({self.prompt_lookup_max.high}): vLLM needs "
+                "prompt_lookup_min <= prompt_lookup_max"
+            )
+        return self
 
 
 class Baseline(BaseModel):
     """The first trial: no speculation with default memory settings."""
 
     model_config = _FROZEN
-    gpu_memory_utilization: float | None = None
-    kv_cache_memory_bytes: int | None = None
-    max_num_seqs: int | None = None
+    gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
+    kv_cache_memory_bytes: PositiveInt | None = None
+    max_num_seqs: PositiveInt | None = None
 
 
 class Preset(BaseModel):
@@ -131,7 +182,7 @@ class Preset(BaseModel):
     baseline: Baseline = Baseline()
     workload: WorkloadSettings
     startup_timeout_s: float = Field(default=1800.0, gt=0)
-    throughput_streams: tuple[int, ...] = (1, 8)
+    throughput_streams: tuple[PositiveInt, ...] = (1, 8)
     throughput_requests: int = Field(default=8, ge=1)
     throughput_output_tokens: int = Field(default=128, ge=1)
 
@@ -145,6 +196,13 @@ class Preset(BaseModel):
         for method in ("eagle", "eagle3", "draft_model"):
             if method in methods and method not in self.model.draft_models:
                 raise ValueError(f"method {method!r} needs model.draft_models.{method}")
+        context = self.workload.shape.max_context_tokens
+        if self.workload.traces is None and context > self.model.max_model_len:
+            raise ValueError(
+                f"workload.shape.max_context_tokens ({context}) exceeds model.max_model_len "
+                f"({self.model.max_model_len}): every long task would fail; lower one or "
+                "raise the other"
+            )
         if self.gpu.cpu and self.space.gpu_memory_utilization is not None:
             raise ValueError(
                 "a CPU preset searches kv_cache_memory_bytes, not gpu_memory_utilization"
@@ -270,17 +328,54 @@ def load_preset(
         path = preset_dir() / model / f"{gpu}.yaml"
         if not path.is_file():
             raise ConfigError(f"no preset for --model {model} --gpu {gpu}; known: {_known_line()}")
+    text = path.read_text()
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark is not None else "somewhere"
-        raise ConfigError(f"{path}: not valid YAML at {where}: {exc}") from None
+        raise ConfigError(_yaml_error_line(path, exc)) from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a preset is a mapping with model, gpu, space and workload")
     try:
         return Preset.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        raise ConfigError(f"{path}: {where}: {err['msg']}") from None
+        loc = tuple(err["loc"])
+        where = ".".join(str(p) for p in loc) or "(top level)"
+        line = _line_of(text, loc)
+        value = err.get("input")
+        # The offending scalar helps ("got 0"); a whole mapping or list would not fit a line.
+        scalar = isinstance(value, str | int | float) and err["type"] != "extra_forbidden"
+        got = f" (got {value!r})" if scalar and len(repr(value)) <= 60 else ""
+        message = str(err["msg"]).removeprefix("Value error, ")
+        raise ConfigError(f"{path}{line}: {where}: {message}{got}") from None
+
+
+def _yaml_error_line(path: Path, exc: yaml.YAMLError) -> str:
+    """`file:line:col: what is wrong` from a YAML error (PyYAML prints several lines)."""
+    mark = getattr(exc, "problem_mark", None)
+    where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    context = getattr(exc, "context", None)
+    reason = f"{context}, {problem}" if context else problem
+    return f"{path}{where}: not valid YAML: {reason}; fix the file (YAML indents with spaces)"
+
+
+def _line_of(text: str, loc: tuple[Any, ...]) -> str:
+    """`:line:col` of the YAML node at a validation error's location ('' when not found)."""
+    try:
+        node: Any = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        return ""
+    mark = node.start_mark if node is not None else None
+    for key in loc:
+        if isinstance(node, yaml.MappingNode):
+            match = next((kv for kv in node.value if kv[0].value == str(key)), None)
+            if match is None:
+                break
+            mark, node = match[0].start_mark, match[1]
+        elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
+            node = node.value[key]
+            mark = node.start_mark
+        else:
+            break
+    return f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
