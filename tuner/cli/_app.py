@@ -1,7 +1,19 @@
-"""The root Typer app and the consoles every command prints through."""
+"""The root Typer app, the consoles every command prints through, and how errors are shown.
+
+`run()` is the one place where an error becomes what the user sees: exactly one line on
+stderr starting with "error: ", exit code 2, never a traceback, never a password. A usage
+error names the option and points at `--help`; a storage that fails mid-run (disk full, the
+server gone) says so; an unexpected exception (a bug) is one line too, with the traceback
+saved to a file for the report, and exit code 1.
+"""
 
 from __future__ import annotations
 
+import re
+import tempfile
+import time
+import traceback
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -9,7 +21,7 @@ from rich.console import Console
 
 from tuner import __version__
 
-__all__ = ["StorageOption", "app", "console", "console_err"]
+__all__ = ["StorageOption", "app", "console", "console_err", "run"]
 
 app = typer.Typer(
     name="tuner",
@@ -47,3 +59,93 @@ StorageOption = Annotated[
         "Default: ~/.local/share/tuner/tuner.db",
     ),
 ]
+
+
+_CREDENTIALS = re.compile(r"(://[^:/@\s]+):[^@\s]+@")
+
+
+def _scrub(line: str) -> str:
+    """One line, credentials in URLs masked (a driver's message may echo its URL)."""
+    flat = " ".join(part.strip() for part in line.splitlines() if part.strip())
+    return _CREDENTIALS.sub(r"\1:***@", flat)
+
+
+def _say(line: str) -> None:
+    console_err.print(f"error: {_scrub(line)}", markup=False, highlight=False, soft_wrap=True)
+
+
+def _crash_file(exc: BaseException) -> Path | None:
+    text = "".join(traceback.format_exception(exc))
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    try:
+        with tempfile.NamedTemporaryFile(
+            "w", prefix=f"tuner-crash-{stamp}-", suffix=".txt", delete=False
+        ) as out:
+            out.write(_CREDENTIALS.sub(r"\1:***@", text))
+            return Path(out.name)
+    except OSError:
+        return None
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
+def run(root: typer.Typer, argv: list[str] | None = None) -> int:
+    """Run the CLI; return the exit code after printing any error as one line."""
+    # Imported here: pydantic and SQLAlchemy are loaded by the commands anyway, and the
+    # error types must not slow `tuner --help`.
+    from pydantic import ValidationError
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from tuner.errors import TunerError
+
+    try:
+        root(args=argv, standalone_mode=False)
+    except typer.Exit as exc:
+        return int(exc.exit_code)
+    except typer.Abort:
+        _say("aborted")
+        return 130
+    except KeyboardInterrupt:
+        _say("interrupted; run the same command again to resume")
+        return 130
+    except typer.TyperException as exc:
+        # typer vendors click: usage errors (bad option values included) land here.
+        ctx = getattr(exc, "ctx", None)
+        if type(exc).__name__ == "NoArgsIsHelpError" or not hasattr(exc, "format_message"):
+            show = getattr(exc, "show", None)
+            if show is not None:
+                show()
+            else:
+                _say(str(exc))
+            return 2
+        where = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
+        _say(f"{exc.format_message()}{where}")
+        return 2
+    except TunerError as exc:
+        _say(exc.user_line())
+        return 2
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ())) or exc.title
+        _say(f"invalid {exc.title} setting {where}: {first.get('msg')}")
+        return 2
+    except SQLAlchemyError as exc:
+        reason = _first_line(getattr(exc, "orig", None) or exc)
+        _say(
+            f"the storage failed: {reason}; what was stored before is kept, "
+            "fix the cause (disk space, the database server) and run the same command to resume"
+        )
+        return 2
+    except OSError as exc:
+        where = f" ({exc.filename})" if exc.filename else ""
+        _say(f"{exc.strerror or _first_line(exc)}{where}; fix it and run the same command again")
+        return 2
+    except Exception as exc:
+        saved = _crash_file(exc)
+        where = f"; traceback in {saved}" if saved else ""
+        _say(f"internal error: {type(exc).__name__}: {_first_line(exc)}{where}; please report it")
+        return 1
+    return 0
