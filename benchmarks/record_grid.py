@@ -1,0 +1,266 @@
+"""Record every configuration of a (trimmed) preset space on the real vLLM CPU build.
+
+The table this writes, `benchmarks/data/grid-smollm2-135m-cpu.json`, is what
+`benchmarks/sample_efficiency.py` replays studies over. Each configuration is evaluated once by
+`tuner.study.evaluate.evaluate`, the very function a study's Ray worker runs, with the request
+built as the driver builds it (preset server spec, workload, plain benchmark, tokenizer), so the
+seconds and outcomes are the ones a study sees. Three configurations are run three more times
+each to show the run-to-run noise.
+
+Why the space is trimmed: the CPU preset's full space has 270 configurations (6 without
+speculation, 264 n-gram ones); the first recorded trial took 267 s on this 2-core box shared by
+other jobs (185 s of it the server start), so the full grid would be about 20 hours of server
+time. The recorded space keeps the method, every speculative depth (1-4) and both ends of the
+KV cache range (300 MB, about 13k tokens: the smallest preset value; 2 GB: the baseline's), and
+fixes the n-gram lookup window at 2-3 and `max_num_seqs` at 8 (the baseline's; with two agents
+at most two sequences run, so 4 and 8 schedule identically). That is 2 + 4 x 2 = 10
+configurations, plus two more runs of three of them for the noise: 16 runs, about 40 minutes of
+server time at the measured 150-270 s a trial.
+
+Each evaluation takes the shared heavy lock (`/tmp/tuner-heavy.lock`) for itself only, so other
+users of the box interleave. The file is rewritten after every run and runs already in it are
+skipped, so a killed recorder resumes. Re-record with:
+
+    nohup .venv/bin/python benchmarks/record_grid.py > /tmp/record_grid.log 2>&1 &
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import os
+import platform
+import random
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from tuner.models import prepare
+from tuner.settings import get_settings
+from tuner.study.evaluate import ThroughputPlan, TrialRequest, TrialResult, evaluate
+from tuner.study.space import Preset, load_preset
+from tuner.workload import RunProgress
+
+DATA = Path(__file__).resolve().parent / "data" / "grid-smollm2-135m-cpu.json"
+LOCK = Path("/tmp/tuner-heavy.lock")
+COMMAND = "nohup .venv/bin/python benchmarks/record_grid.py > /tmp/record_grid.log 2>&1 &"
+NOISE_REPEATS = 2  # extra runs of each noise config: three runs in all
+# The trimmed space (see the module docstring); everything else is the shipped CPU preset.
+TRIMMED_SPACE: dict[str, Any] = {
+    "methods": ["none", "ngram"],
+    "num_speculative_tokens": {"low": 1, "high": 4},
+    "prompt_lookup_min": {"low": 2, "high": 2},
+    "prompt_lookup_max": {"low": 3, "high": 3},
+    "kv_cache_memory_bytes": [300_000_000, 2_000_000_000],
+    "max_num_seqs": [8],
+}
+# Noise: the baseline, a shallow n-gram config, a deep one with the small cache.
+NOISE_CONFIGS: tuple[dict[str, Any], ...] = (
+    {"method": "none", "kv_cache_memory_bytes": 2_000_000_000, "max_num_seqs": 8},
+    {
+        "method": "ngram",
+        "num_speculative_tokens": 2,
+        "prompt_lookup_min": 2,
+        "prompt_lookup_max": 3,
+        "kv_cache_memory_bytes": 2_000_000_000,
+        "max_num_seqs": 8,
+    },
+    {
+        "method": "ngram",
+        "num_speculative_tokens": 4,
+        "prompt_lookup_min": 2,
+        "prompt_lookup_max": 3,
+        "kv_cache_memory_bytes": 300_000_000,
+        "max_num_seqs": 8,
+    },
+)
+
+
+def trimmed_preset() -> Preset:
+    """The shipped CPU preset with the recorded (trimmed) space."""
+    base = load_preset(model="smollm2-135m", gpu="cpu")
+    data = json.loads(base.model_dump_json())
+    data["space"] = TRIMMED_SPACE
+    return Preset.model_validate(data)
+
+
+def grid(preset: Preset) -> Iterator[dict[str, Any]]:
+    """Every params dict `Preset.suggest` can return for this space (same keys, same rules)."""
+    s = preset.space
+    assert s.kv_cache_memory_bytes is not None, "a CPU preset searches the KV cache size"
+    memory = [
+        {"kv_cache_memory_bytes": kv, "max_num_seqs": n}
+        for kv in s.kv_cache_memory_bytes
+        for n in s.max_num_seqs
+    ]
+    for method in s.methods:
+        if method == "none":
+            for m in memory:
+                yield {"method": "none", **m}
+            continue
+        if method != "ngram":
+            raise ValueError(f"the recorder knows the CPU methods only, not {method!r}")
+        d = s.num_speculative_tokens
+        for depth in range(d.low, d.high + 1, d.step):
+            for lo in range(s.prompt_lookup_min.low, s.prompt_lookup_min.high + 1):
+                hi_low = max(lo, s.prompt_lookup_max.low)
+                for hi in range(hi_low, max(hi_low, s.prompt_lookup_max.high) + 1):
+                    for m in memory:
+                        yield {
+                            "method": "ngram",
+                            "num_speculative_tokens": depth,
+                            "prompt_lookup_min": lo,
+                            "prompt_lookup_max": hi,
+                            **m,
+                        }
+
+
+def config_key(params: dict[str, Any]) -> str:
+    """A stable name for a params dict."""
+    return json.dumps(params, sort_keys=True)
+
+
+def plan(preset: Preset) -> list[tuple[str, int]]:
+    """(config key, repeat) in run order: shuffled once (seeded) so drift spreads evenly."""
+    runs = [(config_key(p), 0) for p in grid(preset)]
+    runs += [(config_key(p), r) for p in NOISE_CONFIGS for r in range(1, NOISE_REPEATS + 1)]
+    random.Random(12).shuffle(runs)
+    return runs
+
+
+def _run_entry(key: str, rep: int, result: TrialResult, progress: list[list[float]]) -> dict:
+    w = result.workload
+    starts = result.server_starts
+    facts = starts[-1].facts if starts else None
+    entry: dict[str, Any] = {
+        "params": json.loads(key),
+        "rep": rep,
+        "failure_kind": result.failure_kind,
+        "failure_reason": result.failure_reason,
+        "infeasible": result.infeasible,
+        "wall_s": round(result.wall_s, 2),
+        "startup_s": round(result.startup_s, 2),
+        "workload_s": round(result.workload_s, 2),
+        "throughput_s": round(result.throughput_s, 2),
+        "kv_cache_tokens": facts.kv_cache_tokens if facts else None,
+    }
+    if w is not None:
+        warm = [t for t in w.task_records if t.warmup]
+        scored = [t for t in w.task_records if not t.warmup]
+        zero = min((t.started_s for t in scored), default=0.0)
+        entry.update(
+            scored_wall_s=round(w.scored_wall_s, 3),
+            warmup_s=round(max((t.started_s + t.wall_s for t in warm), default=0.0), 3),
+            tasks_per_hour=round(w.tasks_per_hour, 2),
+            tasks_per_hour_low=round(w.tasks_per_hour_low, 2),
+            tasks_per_hour_high=round(w.tasks_per_hour_high, 2),
+            prefix_cache_hit_ratio=w.prefix_cache_hit_ratio,
+            acceptance_rate=w.acceptance_rate,
+            preemptions=w.preemptions,
+            # Scored tasks in suite order: success, start and duration (s, from the window's
+            # first task), steps, output tokens.
+            tasks=[
+                [
+                    int(t.success),
+                    round(t.started_s - zero, 3),
+                    round(t.wall_s, 3),
+                    len(t.steps),
+                    t.output_tokens,
+                ]
+                for t in scored
+            ],
+            # What the driver's pruner saw: [tasks done, successes, elapsed s] per report.
+            progress=progress,
+        )
+    return entry
+
+
+def _load(path: Path) -> dict[str, Any] | None:
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _save(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, separators=(",", ":")) + "\n")
+    os.replace(tmp, path)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=DATA)
+    parser.add_argument("--limit", type=int, default=None, help="stop after this many runs")
+    args = parser.parse_args()
+
+    preset = trimmed_preset()
+    preset_json = json.loads(preset.model_dump_json())
+    settings = get_settings()
+    cache = settings.cache_path()
+    model_path = str(prepare(preset.model.prepare or "smollm2-135m", cache))
+    data = _load(args.out)
+    if data is None:
+        data = {
+            "about": (
+                "Every configuration of the trimmed smollm2-135m CPU space evaluated once by "
+                "tuner.study.evaluate.evaluate on the real vLLM CPU build (replay workload: "
+                "load shape, not graded answers), plus noise repeats. Trim: see "
+                "benchmarks/record_grid.py's docstring."
+            ),
+            "command": COMMAND,
+            "machine": f"{platform.node()} {os.cpu_count()} cores",
+            "preset": preset_json,
+            "runs": [],
+        }
+    elif data["preset"] != preset_json:
+        print(f"{args.out} was recorded with another preset; move it away first", file=sys.stderr)
+        return 2
+    done = {(config_key(r["params"]), r["rep"]) for r in data["runs"]}
+    todo = [run for run in plan(preset) if run not in done]
+    if args.limit is not None:
+        todo = todo[: args.limit]
+    print(f"{len(done)} runs recorded, {len(todo)} to go", flush=True)
+    plan_ = ThroughputPlan(
+        streams=preset.throughput_streams,
+        requests=preset.throughput_requests,
+        output_tokens=preset.throughput_output_tokens,
+    )
+    for i, (key, rep) in enumerate(todo):
+        params = json.loads(key)
+        request = TrialRequest(
+            study_name="grid",
+            trial_number=len(data["runs"]),
+            params=params,
+            spec=preset.server_spec(params, model_path=model_path),
+            workload=preset.workload,
+            cache_dir=str(cache),
+            startup_timeout_s=preset.startup_timeout_s,
+            throughput=plan_,
+            tokenizer=model_path if Path(model_path).is_dir() else None,
+        )
+        progress: list[list[float]] = []
+
+        def on_progress(p: RunProgress, progress: list[list[float]] = progress) -> None:
+            progress.append([p.tasks_done, p.successes, round(p.elapsed_s, 3)])
+
+        waited = time.monotonic()
+        with LOCK.open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            waited = time.monotonic() - waited
+            result = evaluate(request, on_progress=on_progress)
+        entry = _run_entry(key, rep, result, progress)
+        entry["recorded_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        data["runs"].append(entry)
+        _save(args.out, data)
+        print(
+            f"[{i + 1}/{len(todo)}] {entry['recorded_at']} {key} rep {rep}: "
+            f"{entry.get('tasks_per_hour')} tasks/h, wall {entry['wall_s']} s, "
+            f"failure {entry['failure_kind']}, waited {waited:.0f} s for the lock",
+            flush=True,
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
