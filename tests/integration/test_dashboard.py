@@ -156,3 +156,12 @@ def test_chromium_renders_the_study_name(dashboard: tuple[str, str], tmp_path: P
     body = render_in_chromium(f"{base}/dashboard/studies/1", tmp_path, screenshot=shot)
     assert "History" in body
     assert_screenshot_shows_a_page(shot)
+
+
+def test_the_study_page_says_replay_is_load_shape(dashboard: tuple[str, str]) -> None:
+    base, _name = dashboard
+    study = httpx.get(f"{base}/api/studies/1", timeout=5).json()
+    attrs = {a["key"]: a["value"] for a in study["user_attrs"]}
+    assert attrs["mode"] == "replay"
+    assert attrs["mode_note"] == "load shape: answers not graded"
+    assert "**Workload mode: replay** (load shape: answers not graded)" in study["note"]["body"]

@@ -1,10 +1,14 @@
-"""`tuner optimize`: run or resume a study for a model and GPU preset."""
+"""`tuner optimize`: run or resume a study for a model and GPU preset, then confirm its winners.
+
+`tuner confirm` runs (or finishes) the confirmation stage alone, on a study already searched.
+"""
 
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -12,6 +16,11 @@ from rich.table import Table
 from tuner.cli._app import StorageOption, app, console
 from tuner.settings import get_settings
 from tuner.storage import masked
+
+_CONFIRM_HELP = (
+    "K,R: after the search, re-run the top K candidates and the baseline R more times each, "
+    "interleaved, fresh server starts; 0 skips it."
+)
 
 
 @app.command("optimize")
@@ -44,12 +53,15 @@ def optimize_cmd(
     cache_dir: Annotated[
         Path | None, typer.Option("--cache-dir", envvar="TUNER_CACHE_DIR", help="Cache directory.")
     ] = None,
+    confirm: Annotated[str, typer.Option("--confirm", help=_CONFIRM_HELP)] = "2,2",
 ) -> None:
     """Search speculative-decoding configs by successful agent tasks per hour (resumable)."""
     # Imported here: Ray and vLLM-side modules cost seconds, which other commands need not pay.
     from tuner.study import OptimizeOptions, load_preset, optimize
+    from tuner.study.confirm import parse_confirm
     from tuner.study.display import describe_params
 
+    plan = parse_confirm(confirm)  # a typo fails before any server starts
     preset = load_preset(model=model, gpu=gpu, space=space)
     overrides: dict[str, object] = {}
     if mode is not None:
@@ -91,4 +103,62 @@ def optimize_cmd(
     console.print(table)
     if summary.recovered:
         console.print(f"re-queued interrupted trials: {list(summary.recovered)}")
+    _confirm_and_print(replace(options, study_name=summary.study_name), plan)
     console.print("next: tuner export (best vllm serve command), tuner report, tuner dashboard")
+
+
+def _confirm_and_print(options: Any, plan: Any) -> None:
+    from tuner.study.confirm import confirm_study
+
+    if plan.enabled:
+        console.print(
+            f"confirmation: the top {plan.k} candidates and the baseline, {plan.rounds} more "
+            "fresh starts each, interleaved"
+        )
+    result = confirm_study(options, plan)
+    if not plan.enabled:
+        return
+    table = Table(title="confirmation (paired with the baseline, round by round)")
+    for column in ("trial", "config", "search tasks/h", "confirmed tasks/h", "paired", "outputs"):
+        table.add_column(column)
+    for number, v in result.verdicts.items():
+        if not v["confirmation_runs"]:
+            continue
+        table.add_row(
+            f"#{number}",
+            v["config"],
+            _num(v["search_tasks_per_hour"]),
+            _num(v["confirmed_tasks_per_hour"]),
+            v["paired_vs_baseline"] or "not paired",
+            v["correctness"],
+        )
+    console.print(table)
+
+
+def _num(value: float | None) -> str:
+    return "not measured" if value is None else f"{value:,.0f}"
+
+
+@app.command("confirm")
+def confirm_cmd(
+    study: Annotated[str, typer.Option("--study", help="The study to confirm.")],
+    storage: StorageOption = None,
+    confirm: Annotated[str, typer.Option("--confirm", help=_CONFIRM_HELP)] = "2,2",
+    cache_dir: Annotated[
+        Path | None, typer.Option("--cache-dir", envvar="TUNER_CACHE_DIR", help="Cache directory.")
+    ] = None,
+) -> None:
+    """Re-run a finished study's top candidates and baseline, interleaved; export decides on it."""
+    from tuner.study import OptimizeOptions
+    from tuner.study.confirm import parse_confirm
+
+    plan = parse_confirm(confirm)
+    settings = get_settings()
+    options = OptimizeOptions(
+        storage_url=storage or settings.storage_url(),
+        cache_dir=cache_dir or settings.cache_path(),
+        study_name=study,
+        show_progress=sys.stderr.isatty(),
+    )
+    _confirm_and_print(options, plan)
+    console.print("next: tuner export (decides on the confirmation rounds), tuner report")

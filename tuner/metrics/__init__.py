@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+from tuner.metrics.correctness import (
+    OutputCheck,
+    judge_outputs,
+    match_rates,
+    two_proportion_drop,
+)
 from tuner.metrics.energy import (
     EnergyMeter,
     FakeNvml,
@@ -17,8 +23,11 @@ from tuner.metrics.prometheus import (
     scrape_metrics,
 )
 from tuner.metrics.scoring import (
+    PairedEstimate,
+    RunOutcomes,
     Score,
     bootstrap_tasks_per_hour,
+    paired_ratio,
     percentile,
     score_tasks,
     wilson_interval,
@@ -30,14 +39,21 @@ __all__ = [
     "MetricsSnapshot",
     "NoEnergyMeter",
     "NvmlEnergyMeter",
+    "OutputCheck",
+    "PairedEstimate",
+    "RunOutcomes",
     "Score",
     "ServerCounters",
     "bootstrap_tasks_per_hour",
     "counter_deltas",
     "energy_meter_for",
+    "judge_outputs",
+    "match_rates",
+    "paired_ratio",
     "parse_metrics",
     "percentile",
     "score_tasks",
     "scrape_metrics",
+    "two_proportion_drop",
     "wilson_interval",
 ]

@@ -12,23 +12,27 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import yaml
 from pydantic import ValidationError
 
 from tuner.errors import ConfigError, StudyError
+from tuner.results.decision import Verdict, judge_study
 from tuner.results.loading import StudyResults, TrialRow
 from tuner.server.spec import ServerSpec
 
 __all__ = [
     "DEFAULT_IMAGE",
     "FORMATS",
+    "IMAGE_ENTRYPOINT",
     "ExportChoice",
     "choose_export",
     "render_export",
     "serve_argv",
+    "split_env",
     "systemd_quote",
 ]
 
@@ -36,11 +40,16 @@ FORMATS: Final = ("shell", "json", "yaml", "systemd", "compose")
 DEFAULT_IMAGE: Final = "vllm/vllm-openai:v0.32.0"
 _RELEASE = re.compile(r"^(\d+\.\d+\.\d+)")
 _SYSTEMD_PLAIN = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
+_ENV_WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+# The final stage (`vllm-openai`) of vLLM's docker/Dockerfile: `ENTRYPOINT ["vllm", "serve"]`,
+# so a compose `command:` starts at the model.
+IMAGE_ENTRYPOINT: Final = ("vllm", "serve")
+_HOST_ONLY_ENV: Final = frozenset({"CUDA_VISIBLE_DEVICES"})
 
 
 @dataclass(frozen=True)
 class ExportChoice:
-    """The trial to export, the best one found, the baseline, and why this one."""
+    """The trial to export, the best-scoring one, the baseline, and why this one."""
 
     trial: TrialRow
     best: TrialRow
@@ -49,11 +58,20 @@ class ExportChoice:
     study_name: str
     model: str | None = None
     gpu: str | None = None
+    verdicts: Mapping[int, Verdict] = field(default_factory=dict)
+    mode: str | None = None
+    mode_note: str | None = None
 
     @property
     def fell_back(self) -> bool:
-        """True when the baseline is exported instead of a better-scoring config."""
+        """True when the exported trial is not the best-scoring one (the baseline, or a config
+        that passed the paired test where the top one did not)."""
         return self.trial.number != self.best.number
+
+    @property
+    def verdict(self) -> Verdict | None:
+        """The exported config's evidence against the baseline (None for the baseline)."""
+        return self.verdicts.get(self.trial.number)
 
 
 def _tph(t: TrialRow) -> float:
@@ -72,8 +90,20 @@ def _score(t: TrialRow) -> str:
     return f"{_tph(t):,.0f} [{low:,.0f}, {high:,.0f}]"
 
 
+def _evidence(v: Verdict) -> str:
+    if v.paired is None:
+        return "no paired measurement with the baseline"
+    where = "confirmation rounds" if v.confirmed else "its search-time run, paired by task"
+    return f"paired tasks/h ratio to the baseline {v.paired.describe()} ({where})"
+
+
 def choose_export(results: StudyResults) -> ExportChoice:
     """Pick the trial to export from a study.
+
+    Every config is first filtered by its paired comparison with the baseline (interval
+    above 1) and its correctness (outputs not changed); the best survivor by paired ratio is
+    exported, else the baseline. When confirmation ran, only confirmed configs compete: their
+    search-time scores were picked for being high and are not evidence on their own.
 
     Raises:
         StudyError: the study has no completed feasible trial yet.
@@ -84,9 +114,20 @@ def choose_export(results: StudyResults) -> ExportChoice:
             f"study {results.study_name!r} has no completed feasible trial to export yet; "
             "run `tuner optimize` until one completes"
         )
+    base = results.baseline
+    verdicts = judge_study(results)
+    confirmed = {n: v for n, v in verdicts.items() if v.confirmed}
+    pool = confirmed or verdicts
+    ranked = sorted(pool.values(), key=lambda v: (-(v.estimate or 0.0), v.trial.number))
     # Ties go to the lower trial number: the baseline runs first, and it is the simpler server.
     best = max(candidates, key=lambda t: (_tph(t), -t.number))
-    base = results.baseline
+    base_estimate = None
+    if ranked and base is not None:
+        # Like against like: confirmed candidates meet the baseline's confirmed runs.
+        runs = results.confirm_runs(base.number) if confirmed else []
+        base_estimate = sum(_tph(r) for r in runs) / len(runs) if runs else _tph(base)
+        top = ranked[0].trial
+        best = top if (ranked[0].estimate or 0.0) > base_estimate else base
 
     def choice(trial: TrialRow, reason: str) -> ExportChoice:
         return ExportChoice(
@@ -97,38 +138,54 @@ def choose_export(results: StudyResults) -> ExportChoice:
             study_name=results.study_name,
             model=results.model,
             gpu=results.gpu,
+            verdicts=verdicts,
+            mode=results.mode,
+            mode_note=results.mode_note,
         )
 
     if base is None:
         return choice(
             best, f"no baseline was measured, so trial #{best.number} is exported unchallenged"
         )
-    if best.number == base.number:
+    passing = [v for v in pool.values() if v.beats_baseline and not v.changes_outputs]
+    if passing:
+        win = max(passing, key=lambda v: (v.paired.ratio if v.paired else 0.0, -v.trial.number))
+        reason = f"#{win.trial.number} beats the baseline (no speculation): {_evidence(win)}"
+        if win.trial.number != best.number and best.number != base.number:
+            other = verdicts[best.number]
+            why_not = "it changes outputs" if other.changes_outputs else _evidence(other)
+            reason += f"; #{best.number} scored higher but did not pass ({why_not})"
+        return choice(win.trial, reason)
+    if not ranked:
         return choice(
             base,
             f"no speculation (the baseline, #{base.number}) did the most successful tasks/h: "
             f"{_score(base)}",
         )
-    best_low, _ = _bounds(best)
-    _, base_high = _bounds(base)
-    if best_low <= base_high:
-        # The published lesson applies to speculation; a memory-only change gets a plainer why.
-        lesson = (
-            "on agent traffic speculation often costs more (KV cache, prefix reuse) than it gains"
-            if best.method != "none"
-            else "the baseline's default settings are the simpler server"
-        )
+    if best.number == base.number:
+        what = "confirmed" if confirmed else "search-time"
         return choice(
             base,
-            f"the best config, #{best.number} ({best.label}) at {_score(best)} tasks/h, is not "
-            f"better than the baseline (no speculation) at {_score(base)} beyond their intervals "
-            f"(its low bound {best_low:,.0f} <= the baseline's high bound {base_high:,.0f}), so "
-            f"the baseline is exported: {lesson}",
+            f"no speculation (the baseline, #{base.number}) did the most successful tasks/h "
+            f"({what}: {base_estimate or 0.0:,.0f}); the best other config, "
+            f"#{ranked[0].trial.number}, had {_evidence(ranked[0])}",
         )
+    top_verdict = verdicts[best.number]
+    if top_verdict.changes_outputs:
+        why = f"it changes outputs ({top_verdict.correctness()})"
+    else:
+        why = f"it is not faster beyond the noise: {_evidence(top_verdict)}"
+    # The published lesson applies to speculation; a memory-only change gets a plainer why.
+    lesson = (
+        "on agent traffic speculation often costs more (KV cache, prefix reuse) than it gains"
+        if best.method != "none"
+        else "the baseline's default settings are the simpler server"
+    )
     return choice(
-        best,
-        f"#{best.number} beats the baseline (no speculation) beyond their intervals: its low "
-        f"bound {best_low:,.0f} > the baseline's high bound {base_high:,.0f} tasks/h",
+        base,
+        f"the best config, #{best.number} ({best.label}) at {_score(best)} tasks/h, does not "
+        f"beat the baseline (no speculation) at {_score(base)}: {why}; so the baseline is "
+        f"exported: {lesson}",
     )
 
 
@@ -151,19 +208,45 @@ def serve_argv(trial: TrialRow) -> list[str]:
     raise StudyError(f"trial #{trial.number} recorded no serve command; re-run the trial")
 
 
-def _measured(t: TrialRow) -> dict[str, Any]:
+def split_env(argv: list[str]) -> tuple[dict[str, str], list[str]]:
+    """Leading `NAME=value` words of a command (the preset's environment) and the rest."""
+    env: dict[str, str] = {}
+    i = 0
+    while i < len(argv) and _ENV_WORD.match(argv[i]):
+        name, _, value = argv[i].partition("=")
+        env[name] = value
+        i += 1
+    return env, argv[i:]
+
+
+def _done_word(choice: ExportChoice) -> str:
+    # Replay and traces force the turns: a task counts when it finishes, nobody grades it.
+    return "solved" if choice.mode == "live" else "completed"
+
+
+def _measured(choice: ExportChoice, t: TrialRow) -> dict[str, Any]:
     low, high = _bounds(t)
-    return {
+    out: dict[str, Any] = {
         "trial": t.number,
         "config": t.label,
         "successful_tasks_per_hour": _tph(t),
         "interval": [low, high],
-        "solved": t.successes,
+        _done_word(choice): t.successes,
         "tasks": t.tasks,
         "kv_cache_tokens": t.kv_cache_tokens,
         "prompt_tokens_from_cache_pct": t.cache_hit_pct,
         "preemptions": t.preemptions,
     }
+    v = choice.verdicts.get(t.number)
+    if v is not None:
+        out["confirmed_tasks_per_hour"] = v.confirmed_tph
+        out["confirmation_runs"] = v.confirmed_runs
+        if v.paired is not None:
+            p = v.paired
+            out["paired_ratio_to_baseline"] = {"ratio": p.ratio, "interval": [p.low, p.high]}
+        out["correctness"] = v.correctness()
+        out["changes_outputs"] = v.changes_outputs
+    return out
 
 
 def _comment_lines(choice: ExportChoice) -> list[str]:
@@ -171,16 +254,27 @@ def _comment_lines(choice: ExportChoice) -> list[str]:
     where = ", ".join(
         x for x in (f"model {choice.model}" if choice.model else "", choice.gpu or "") if x
     )
-    lines = [
-        f"tuner export: study {choice.study_name!r}" + (f" ({where})" if where else ""),
+    lines = [f"tuner export: study {choice.study_name!r}" + (f" ({where})" if where else "")]
+    if choice.mode:
+        note = f" ({choice.mode_note})" if choice.mode_note else ""
+        lines.append(f"workload mode: {choice.mode}{note}")
+    lines += [
         f"trial #{t.number}: {t.label}",
-        f"successful tasks/h: {_score(t)} (estimate [interval low, high])",
+        f"successful tasks/h: {_score(t)} (search-time run: estimate [interval low, high])",
     ]
+    v = choice.verdict
+    if v is not None:
+        if v.confirmed and v.confirmed_tph is not None:
+            lines.append(
+                f"confirmed: {v.confirmed_tph:,.0f} tasks/h over {v.confirmed_runs} fresh starts"
+            )
+        lines.append(_evidence(v))
+        lines.append(f"correctness: {v.correctness()}")
     if base is not None and base.number != t.number:
         lines.append(f"baseline (no speculation, #{base.number}): {_score(base)}")
     facts = []
     if t.successes is not None and t.tasks is not None:
-        facts.append(f"solved {t.successes} of {t.tasks} tasks")
+        facts.append(f"{_done_word(choice)} {t.successes} of {t.tasks} tasks")
     kv = f"{t.kv_cache_tokens:,}" if t.kv_cache_tokens is not None else "not measured"
     facts.append(f"KV cache tokens: {kv}")
     hit = f"{t.cache_hit_pct:.0f}%" if t.cache_hit_pct is not None else "not measured"
@@ -193,21 +287,23 @@ def _comment_lines(choice: ExportChoice) -> list[str]:
 def _document(choice: ExportChoice, argv: list[str]) -> dict[str, Any]:
     doc: dict[str, Any] = {
         "study": choice.study_name,
+        "mode": choice.mode,
+        "mode_note": choice.mode_note,
         "argv": argv,
         "command": shlex.join(argv),
-        "measured": _measured(choice.trial),
-        "baseline": _measured(choice.baseline) if choice.baseline is not None else None,
+        "measured": _measured(choice, choice.trial),
+        "baseline": _measured(choice, choice.baseline) if choice.baseline is not None else None,
         "reason": choice.reason,
     }
     if choice.fell_back:
-        doc["best"] = _measured(choice.best)
+        doc["best"] = _measured(choice, choice.best)
     return doc
 
 
-def _shell(argv: list[str]) -> str:
+def _lines(argv: list[str], head: int) -> str:
     # One flag (with its value) per line; shlex.quote keeps JSON and paths intact for sh/bash.
-    head, rest = argv[:3], argv[3:]
-    lines = [shlex.join(head)]
+    lines = [shlex.join(argv[:head])]
+    rest = argv[head:]
     i = 0
     while i < len(rest):
         part = [rest[i]]
@@ -217,6 +313,28 @@ def _shell(argv: list[str]) -> str:
         lines.append("  " + shlex.join(part))
         i += 1
     return " \\\n".join(lines) + "\n"
+
+
+def _shell(argv: list[str], trial: TrialRow) -> str:
+    env, cmd = split_env(argv)
+    head = len(env) + 3  # NAME=value ... vllm serve MODEL
+    text = _lines(argv, head)
+    launched = list(trial.launched or ())
+    l_env, l_cmd = split_env(launched)
+    if not l_cmd or l_cmd[:2] == cmd[:2]:
+        return text
+    # This install started vLLM another way (the CPU build's `vllm` script does not run):
+    # give the command that ran here too, on the default port instead of the trial's.
+    if "--port" in l_cmd:
+        i = l_cmd.index("--port")
+        del l_cmd[i : i + 2]
+    model_at = l_cmd.index("--model") + 2 if "--model" in l_cmd else len(l_cmd)
+    ran = [f"{k}={v}" for k, v in l_env.items()] + l_cmd
+    return (
+        text
+        + "\n# on the install that measured it, `vllm serve` is started as:\n"
+        + _lines(ran, min(len(l_env) + model_at, len(ran)))
+    )
 
 
 def systemd_quote(arg: str) -> str:
@@ -255,16 +373,26 @@ def _image(trial: TrialRow) -> str:
 
 
 def _compose(choice: ExportChoice, argv: list[str]) -> str:
-    args = list(argv[2:])  # the image's entrypoint is `vllm serve`
+    env, cmd = split_env(argv)
+    if tuple(cmd[: len(IMAGE_ENTRYPOINT)]) != IMAGE_ENTRYPOINT:
+        raise StudyError(f"trial #{choice.trial.number}'s command does not start with vllm serve")
+    args = list(cmd[len(IMAGE_ENTRYPOINT) :])
     # Inside a container the server must listen on all interfaces; the published port below
     # is what stays bound to 127.0.0.1 on the host.
     if "--host" in args:
         args[args.index("--host") + 1] = "0.0.0.0"  # noqa: S104
     port = args[args.index("--port") + 1] if "--port" in args else "8000"
-    service = {
+    service: dict[str, Any] = {
         "image": _image(choice.trial),
         # Compose interpolates `$`; doubling it keeps every argument literal.
         "command": [a.replace("$", "$$") for a in args],
+    }
+    # The GPU reservation below picks the devices; a pinned device list from the machine
+    # that measured would point at the wrong cards.
+    environment = {k: v.replace("$", "$$") for k, v in env.items() if k not in _HOST_ONLY_ENV}
+    if environment:
+        service["environment"] = environment
+    service |= {
         "ports": [f"127.0.0.1:{port}:{port}"],
         "ipc": "host",
         "volumes": ["${HOME}/.cache/huggingface:/root/.cache/huggingface"],
@@ -298,4 +426,4 @@ def render_export(choice: ExportChoice, fmt: str = "shell") -> str:
         return header + _systemd(choice, argv)
     if fmt == "compose":
         return header + _compose(choice, argv)
-    return header + _shell(argv)
+    return header + _shell(argv, choice.trial)

@@ -18,11 +18,14 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.errors import StudyError
+from tuner.metrics import RunOutcomes
 from tuner.records import ServerStartRecord, ThroughputRecord, WorkloadRecord
 from tuner.storage import Store, masked, normalize_url, open_engine
 from tuner.study.attrs import StudyAttr, TrialAttr
+from tuner.workload.probe import ProbeResult
 
 __all__ = [
+    "MODE_NOTES",
     "REUSE_CLASSES",
     "ReuseCounts",
     "StudyResults",
@@ -36,6 +39,13 @@ __all__ = [
 # Per-step prefix reuse against the previous step's prompt (DESIGN.md section 6); the first
 # step of a task has nothing to reuse and is not counted.
 REUSE_CLASSES = ("all", "one_block_short", "partial", "none")
+
+# What a study's numbers mean in each workload mode; replay forces turn lengths and grades nothing.
+MODE_NOTES = {
+    "replay": "load shape: answers not graded",
+    "live": "live: the model's answers graded by each task's checker",
+    "traces": "your recorded traces replayed: load shape, answers not graded",
+}
 
 _METHOD_NAMES = {
     "ngram": "n-gram",
@@ -76,7 +86,7 @@ class TrialRow:
 
     number: int
     state: str  # "complete" | "pruned" | "fail" | "running" | "waiting"
-    role: str  # "baseline" | "candidate" | "control"
+    role: str  # "baseline" | "candidate" | "control" | "confirm"
     params: Mapping[str, Any] = field(default_factory=dict)
     value: float | None = None
     control_of: int | None = None
@@ -103,6 +113,13 @@ class TrialRow:
     accepted_per_pos: tuple[int, ...] | None = None
     acceptance_rate: float | None = None
     completed_at: datetime | None = None
+    confirm_of: int | None = None  # a confirmation run: the trial whose config it re-ran
+    confirm_round: int | None = None
+    probe: ProbeResult | None = None  # greedy answers to the correctness probe
+    outcomes: RunOutcomes | None = None  # per-task outcomes of the scored run, for pairing
+    success_rate: float | None = None
+    mode: str | None = None  # the workload record's mode
+    launched: tuple[str, ...] | None = None  # env (NAME=value) + argv of the server that ran
 
     @property
     def method(self) -> str:
@@ -116,8 +133,8 @@ class TrialRow:
 
     @property
     def exportable(self) -> bool:
-        """A feasible trial that a user may deploy (controls only explain others)."""
-        return self.feasible and self.role != "control"
+        """A feasible search trial a user may deploy (controls and confirmation runs measure)."""
+        return self.feasible and self.role in ("baseline", "candidate")
 
     @property
     def label(self) -> str:
@@ -128,6 +145,8 @@ class TrialRow:
                 "no_block_drop": "last cache block kept",
             }.get(self.control_kind or "", self.control_kind or "control")
             return f"control for #{self.control_of}: {what}"
+        if self.role == "confirm":
+            return f"confirmation of #{self.confirm_of}, round {self.confirm_round}"
         return describe_config(self.params)
 
     @property
@@ -147,6 +166,22 @@ class StudyResults:
     model: str | None
     gpu: str | None
     trials: tuple[TrialRow, ...]
+    mode: str | None = None  # "replay" | "live" | "traces"; None: not recorded
+
+    @property
+    def mode_note(self) -> str | None:
+        """What the scores mean in this mode (replay: load shape, answers not graded)."""
+        return MODE_NOTES.get(self.mode or "")
+
+    @property
+    def graded(self) -> bool:
+        """True when answers were graded (live); replay and traces only complete tasks."""
+        return self.mode == "live"
+
+    def confirm_runs(self, number: int) -> list[TrialRow]:
+        """Finished confirmation runs of trial `number`'s config, by round."""
+        runs = [t for t in self.trials if t.role == "confirm" and t.confirm_of == number]
+        return sorted((t for t in runs if t.feasible), key=lambda t: t.confirm_round or 0)
 
     @property
     def baseline(self) -> TrialRow | None:
@@ -154,11 +189,16 @@ class StudyResults:
         return next((t for t in self.trials if t.role == "baseline" and t.feasible), None)
 
     def measured(self) -> list[TrialRow]:
-        """Trials with a score: completed feasible ones and pruned ones, controls included."""
+        """Trials with a score: completed feasible ones and pruned ones, controls included.
+
+        Confirmation runs are left out: they are shown beside the trial they re-ran.
+        """
         return [
             t
             for t in self.trials
-            if (t.feasible or t.state == "pruned") and t.tasks_per_hour is not None
+            if (t.feasible or t.state == "pruned")
+            and t.tasks_per_hour is not None
+            and t.role != "confirm"
         ]
 
     def not_run(self) -> list[TrialRow]:
@@ -244,7 +284,18 @@ def load_results(url: str, study: str | None = None) -> StudyResults:
         model=_opt_str(study_attrs.get(StudyAttr.MODEL)),
         gpu=_opt_str(study_attrs.get(StudyAttr.GPU)),
         trials=tuple(sorted(rows, key=lambda r: r.number)),
+        mode=_mode(study_attrs, rows),
     )
+
+
+def _mode(study_attrs: Mapping[str, Any], rows: Sequence[TrialRow]) -> str | None:
+    if isinstance(study_attrs.get(StudyAttr.MODE), str):
+        return str(study_attrs[StudyAttr.MODE])
+    preset = study_attrs.get(StudyAttr.PRESET)
+    workload = preset.get("workload") if isinstance(preset, Mapping) else None
+    if isinstance(workload, Mapping):
+        return "traces" if workload.get("traces") else _opt_str(workload.get("mode"))
+    return next((r.mode for r in rows if r.mode), None)
 
 
 @dataclass(frozen=True)
@@ -332,7 +383,24 @@ def _row(trial: FrozenTrial, tables: _TrialTables) -> TrialRow:
             else _opt_float(ua.get(TrialAttr.ACCEPTANCE_RATE))
         ),
         completed_at=trial.datetime_complete,
+        confirm_of=_opt_int(ua.get(TrialAttr.CONFIRM_OF)),
+        confirm_round=_opt_int(ua.get(TrialAttr.CONFIRM_ROUND)),
+        probe=ProbeResult.from_json(ua.get(TrialAttr.PROBE)),
+        outcomes=(
+            RunOutcomes.of(w.task_records, w.scored_wall_s) if w and w.task_records else None
+        ),
+        success_rate=w.success_rate if w else _opt_float(ua.get(TrialAttr.SUCCESS_RATE)),
+        mode=w.mode if w else None,
+        launched=_launched(tables.starts),
     )
+
+
+def _launched(starts: Sequence[ServerStartRecord]) -> tuple[str, ...] | None:
+    ran = [s for s in starts if s.failure_kind is None and s.argv]
+    if not ran:
+        return None
+    env = tuple(f"{k}={v}" for k, v in sorted(ran[-1].env.items()))
+    return (*env, *ran[-1].argv)
 
 
 def _cache_hit_pct(w: WorkloadRecord | None, ua: Mapping[str, Any]) -> float | None:

@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tuner.errors import StudyError
+from tuner.results.decision import Verdict, judge_study
 from tuner.results.export import choose_export
 from tuner.results.loading import REUSE_CLASSES, StudyResults, TrialRow
 from tuner.study.explain import attribute
@@ -49,15 +50,19 @@ CONFIG_COLUMNS: Final = (
     "reuse: none",
     "preemptions",
     "energy per successful task",
+    "search-time vs confirmed tasks/h",
+    "paired vs baseline",
+    "outputs",
 )
 _NOT_RUN_COLUMNS: Final = ("trial", "config", "outcome", "failure kind", "reason")
 TEXT_COLUMNS: Final = frozenset({"trial", "config", "outcome", "failure kind", "reason"})
 # Fourteen columns do not fit a terminal: it shows the scores and the diagnostics apart.
 _TERMINAL_SPLIT: Final = (
     ("Scores", CONFIG_COLUMNS[:2] + CONFIG_COLUMNS[4:8] + CONFIG_COLUMNS[12:13]),
+    ("Confirmation and correctness", CONFIG_COLUMNS[:2] + CONFIG_COLUMNS[14:]),
     (
         "Diagnostics",
-        CONFIG_COLUMNS[:1] + CONFIG_COLUMNS[2:4] + CONFIG_COLUMNS[8:12] + CONFIG_COLUMNS[13:],
+        CONFIG_COLUMNS[:1] + CONFIG_COLUMNS[2:4] + CONFIG_COLUMNS[8:12] + CONFIG_COLUMNS[13:14],
     ),
 )
 
@@ -103,7 +108,20 @@ def _config(t: TrialRow) -> str:
     return label
 
 
-def _config_row(t: TrialRow) -> tuple[str, ...]:
+def _verdict_cells(t: TrialRow, v: Verdict | None) -> tuple[str, str, str]:
+    if v is None:
+        return ("reference" if t.role == "baseline" else "", "", "")
+    search = _or_nm(v.search_tph, "{:,.0f}")
+    confirmed = (
+        f"{v.confirmed_tph:,.0f} ({v.confirmed_runs} runs)"
+        if v.confirmed_tph is not None
+        else "not confirmed"
+    )
+    paired = v.paired.describe() if v.paired is not None else NOT_MEASURED
+    return (f"{search} vs {confirmed}", paired, v.correctness())
+
+
+def _config_row(t: TrialRow, v: Verdict | None = None) -> tuple[str, ...]:
     solved = f"{t.successes}/{t.tasks}" if t.successes is not None and t.tasks is not None else None
     reuse = t.reuse.fractions() if t.reuse is not None else {}
     return (
@@ -118,6 +136,7 @@ def _config_row(t: TrialRow) -> tuple[str, ...]:
         *(_or_nm(reuse.get(name), "{:.0%}") for name in REUSE_CLASSES),
         _or_nm(t.preemptions, "{:,}"),
         _or_nm(t.energy_per_success_j, "{:,.0f} J"),
+        *_verdict_cells(t, v),
     )
 
 
@@ -127,9 +146,20 @@ def _order(t: TrialRow) -> tuple[int, int]:
 
 
 def config_table(results: StudyResults) -> ReportTable:
-    """One row per measured config (completed, pruned and control trials)."""
-    rows = tuple(_config_row(t) for t in sorted(results.measured(), key=_order))
-    return ReportTable("Configs measured", CONFIG_COLUMNS, rows)
+    """One row per measured config (completed, pruned and control trials).
+
+    Replay and traces studies say "completed" where live ones say "solved": nobody graded.
+    """
+    verdicts = judge_study(results)
+    rows = tuple(
+        _config_row(t, verdicts.get(t.number)) for t in sorted(results.measured(), key=_order)
+    )
+    columns = tuple(_done_column(results) if c == "solved" else c for c in CONFIG_COLUMNS)
+    return ReportTable("Configs measured", columns, rows)
+
+
+def _done_column(results: StudyResults) -> str:
+    return "solved" if results.graded or results.mode is None else "completed"
 
 
 def not_run_table(results: StudyResults) -> ReportTable:
@@ -220,7 +250,11 @@ def terminal_tables(results: StudyResults) -> list[ReportTable]:
     """The report's tables cut to terminal width: scores, diagnostics, trials that did not run."""
     tables = report_tables(results)
     config = tables[0]
-    return [config.select(title, cols) for title, cols in _TERMINAL_SPLIT] + tables[1:]
+    done = _done_column(results)
+    return [
+        config.select(title, tuple(done if c == "solved" else c for c in cols))
+        for title, cols in _TERMINAL_SPLIT
+    ] + tables[1:]
 
 
 def summary_lines(results: StudyResults) -> list[str]:
@@ -235,6 +269,18 @@ def summary_lines(results: StudyResults) -> list[str]:
         f"{len(results.trials)} trials: {len(results.measured())} measured, "
         f"{len(results.not_run())} did not run",
     ]
+    if results.mode:
+        note = f" ({results.mode_note})" if results.mode_note else ""
+        lines.append(f"Workload mode: {results.mode}{note}")
+    for v in judge_study(results).values():
+        if v.confirmed:
+            lines.append(
+                f"Confirmed #{v.trial.number} ({v.trial.label}): search-time "
+                f"{_or_nm(v.search_tph, '{:,.0f}')} tasks/h, confirmed "
+                f"{_or_nm(v.confirmed_tph, '{:,.0f}')} over {v.confirmed_runs} fresh starts"
+            )
+        if v.changes_outputs:
+            lines.append(f"#{v.trial.number} changes outputs, never exported: {v.correctness()}")
     lines += [f"Why {sentence}" for _, sentence in why_tables(results)]
     try:
         choice = choose_export(results)

@@ -6,11 +6,14 @@ try the commands without a GPU: `write_sample_study("sqlite:///sample.db")`.
 
 The trials: #0 baseline (no speculation), #1 n-gram depth 3 (its score is a parameter, to move
 it above or below the baseline's interval), #2 an infeasible n-gram depth 5, #3 a crash, #4 a
-pruned MTP candidate, #5 a control of #1 (no speculation cut to #1's KV cache).
+pruned MTP candidate, #5 a control of #1 (no speculation cut to #1's KV cache). With `confirm`
+rounds, #6 onwards are confirmation runs (baseline, n-gram, baseline, n-gram, ...); `probes`
+gives the greedy probe answers of the baseline, of n-gram and of a second baseline start.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import optuna
@@ -53,7 +56,9 @@ class Score:
     high: float
 
 
-def _tasks(classes: list[list[str]], successes: int) -> tuple[TaskRecord, ...]:
+def _tasks(
+    classes: list[list[str]], successes: int, seconds: tuple[float, ...] = (10.0, 10.0, 10.0)
+) -> tuple[TaskRecord, ...]:
     """One warm-up task (all "none", which must not count) and the scored tasks."""
     warmup = TaskRecord(
         0, "warmup-0", "ledger", 0, True, True, None, 0.0, 5.0, _steps(["none"] * 3)
@@ -68,7 +73,7 @@ def _tasks(classes: list[list[str]], successes: int) -> tuple[TaskRecord, ...]:
             i < successes,
             None if i < successes else "wrong balance",
             5.0 + i,
-            10.0,
+            seconds[i],
             _steps(steps),
         )
         for i, steps in enumerate(classes)
@@ -133,12 +138,31 @@ def write_sample_study(
     study_name: str = "sample",
     ngram: Score = Score(648.0, 620.0, 680.0),
     baseline: Score = Score(752.0, 730.0, 770.0),
+    ngram_task_s: tuple[float, float, float] = (9.0, 10.0, 11.0),
+    confirm: tuple[tuple[float, float], ...] = (),
+    probes: Mapping[str, list[list[int]]] | None = None,
+    mode: str = "replay",
 ) -> str:
-    """Write the sample study into `url` and return its name."""
+    """Write the sample study into `url` and return its name.
+
+    Args:
+        url: Storage URL.
+        study_name: The study's name.
+        ngram: n-gram's search-time score (it solves all 3 tasks when above the baseline,
+            else 2 of 3).
+        baseline: The baseline's search-time score.
+        ngram_task_s: Seconds of n-gram's 3 scored tasks (the baseline's are 10 each): their
+            spread is what the paired comparison's interval sees.
+        confirm: Confirmation rounds as (baseline tasks/h, n-gram tasks/h).
+        probes: Greedy probe answers: "baseline", "ngram", "baseline2" (a second start).
+        mode: The workload mode recorded on the study.
+    """
+    probes = probes or {}
     storage = open_optuna_storage(url)
     study = optuna.create_study(storage=storage, study_name=study_name, direction="maximize")
     study.set_user_attr(StudyAttr.MODEL, "smollm2-135m")
     study.set_user_attr(StudyAttr.GPU, "cpu")
+    study.set_user_attr(StudyAttr.MODE, mode)
     store = Store(url)
 
     def add(state: TrialState, params: dict[str, object], value: float | None, **kw: object) -> int:
@@ -158,7 +182,12 @@ def write_sample_study(
         TrialState.COMPLETE,
         base_params,
         baseline.value,
-        user_attrs=_attrs("baseline", base_spec, **{TrialAttr.KV_CACHE_TOKENS: 36253}),
+        user_attrs=_attrs(
+            "baseline",
+            base_spec,
+            **{TrialAttr.KV_CACHE_TOKENS: 36253},
+            **_probe(probes, "baseline"),
+        ),
         constraints={"0": 0.0},
     )
     base_tasks = _tasks([["all", "all", "partial"], ["all", "all", "none"], ["all"] * 3], 3)
@@ -185,7 +214,7 @@ def write_sample_study(
         TrialState.COMPLETE,
         ngram_params,
         ngram.value,
-        user_attrs=_attrs("candidate", ngram_spec),
+        user_attrs=_attrs("candidate", ngram_spec, **_probe(probes, "ngram")),
         constraints={"0": 0.0},
     )
     ngram_classes = [
@@ -193,7 +222,8 @@ def write_sample_study(
         ["all", "one_block_short", "none"],
         ["all", "one_block_short", "partial"],
     ]
-    ngram_tasks = _tasks(ngram_classes, 2)
+    ngram_wins = 3 if ngram.value > baseline.value else 2
+    ngram_tasks = _tasks(ngram_classes, ngram_wins, ngram_task_s)
     store.save_trial(
         study_name,
         n,
@@ -282,7 +312,37 @@ def write_sample_study(
         ),
         constraints={"0": 0.0},
     )
+    for round_, (base_tph, ngram_tph) in enumerate(confirm):
+        for of, spec, tph, tasks in (
+            (0, base_spec, base_tph, base_tasks),
+            (1, ngram_spec, ngram_tph, ngram_tasks),
+        ):
+            extra = _probe(probes, "baseline2") if of == 0 and round_ == 0 else {}
+            n = add(
+                TrialState.COMPLETE,
+                base_params if of == 0 else ngram_params,
+                tph,
+                user_attrs=_attrs(
+                    "confirm",
+                    spec,
+                    **{TrialAttr.CONFIRM_OF: of, TrialAttr.CONFIRM_ROUND: round_},
+                    **extra,
+                ),
+                constraints={"0": 0.0},
+            )
+            score = Score(tph, tph * 0.95, tph * 1.05)
+            store.save_trial(
+                study_name,
+                n,
+                TrialMeasurements((_start(spec, 36253),), _workload(score, task_records=tasks)),
+            )
     store.close()
     storage.remove_session()
     storage.engine.dispose()
     return study_name
+
+
+def _probe(probes: Mapping[str, list[list[int]]], key: str) -> dict[str, object]:
+    if key not in probes:
+        return {}
+    return {TrialAttr.PROBE: {"outputs": probes[key], "max_tokens": 32, "wall_s": 1.0}}

@@ -17,9 +17,18 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from tuner.errors import ConfigError
+from tuner.server.knobs import DepthSchedule, check_depth_schedule, suffix_decoding_available
 from tuner.settings import LaunchCommand
 
-__all__ = ["SPECULATIVE_METHODS", "ServerSpec", "SpeculativeMethod", "SpeculativeSpec"]
+__all__ = [
+    "SPECULATIVE_METHODS",
+    "DepthSchedule",
+    "ServerSpec",
+    "SpeculativeMethod",
+    "SpeculativeSpec",
+    "check_depth_schedule",
+    "suffix_decoding_available",
+]
 
 SpeculativeMethod = Literal["none", "ngram", "mtp", "eagle", "eagle3", "draft_model", "suffix"]
 SPECULATIVE_METHODS: tuple[str, ...] = (
@@ -44,6 +53,7 @@ _FIELD_FLAGS = (
     "--max-model-len",
     "--gpu-memory-utilization",
     "--max-num-seqs",
+    "--max-num-batched-tokens",
     "--kv-cache-memory-bytes",
     "--num-gpu-blocks-override",
     "--enable-prefix-caching",
@@ -58,6 +68,12 @@ _FIELD_FLAGS = (
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Keys under which checkpoints declare their MTP layers (Qwen3-Next/DeepSeek, MiMo and others).
 _MTP_CONFIG_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers")
+_SUFFIX_FIELDS = (
+    "suffix_decoding_max_tree_depth",
+    "suffix_decoding_max_cached_requests",
+    "suffix_decoding_max_spec_factor",
+    "suffix_decoding_min_token_prob",
+)
 
 
 class SpeculativeSpec(BaseModel):
@@ -71,6 +87,18 @@ class SpeculativeSpec(BaseModel):
     prompt_lookup_max: int | None = Field(default=None, gt=0)
     draft_model: str | None = None
     disable_eagle_block_drop: bool = False
+    num_speculative_tokens_per_batch_size: DepthSchedule | None = None
+    # Suffix decoding (needs the arctic-inference package in vLLM's Python); None: vLLM default.
+    suffix_decoding_max_tree_depth: int | None = Field(default=None, ge=1)
+    suffix_decoding_max_cached_requests: int | None = Field(default=None, ge=0)
+    suffix_decoding_max_spec_factor: float | None = Field(default=None, ge=0)
+    suffix_decoding_min_token_prob: float | None = Field(default=None, ge=0, le=1)
+
+    @field_validator("num_speculative_tokens_per_batch_size")
+    @classmethod
+    def _sorted_schedule(cls, value: DepthSchedule | None) -> DepthSchedule | None:
+        # Sorted by batch size, so that equal schedules are equal specs.
+        return None if value is None else check_depth_schedule(value)
 
     @model_validator(mode="after")
     def _check(self) -> SpeculativeSpec:
@@ -82,8 +110,18 @@ class SpeculativeSpec(BaseModel):
             if set_fields:
                 raise ValueError(f"method 'none' takes no other options (got {set_fields})")
             return self
-        if self.num_speculative_tokens is None:
+        # vLLM defaults suffix decoding's depth to its tree depth; every other method needs one.
+        if self.num_speculative_tokens is None and method != "suffix":
             raise ValueError(f"method {method!r} needs num_speculative_tokens > 0")
+        suffix_set = [name for name in _SUFFIX_FIELDS if getattr(self, name) is not None]
+        if suffix_set and method != "suffix":
+            raise ValueError(f"{suffix_set[0]} applies to method 'suffix' only")
+        if self.num_speculative_tokens_per_batch_size is not None:
+            if self.num_speculative_tokens is None:
+                raise ValueError("a depth schedule needs num_speculative_tokens, its top depth")
+            check_depth_schedule(
+                self.num_speculative_tokens_per_batch_size, self.num_speculative_tokens
+            )
         lookup = (self.prompt_lookup_min, self.prompt_lookup_max)
         if method != "ngram" and lookup != (None, None):
             raise ValueError("prompt_lookup_min/max apply to method 'ngram' only")
@@ -102,10 +140,9 @@ class SpeculativeSpec(BaseModel):
         """The JSON object for `--speculative-config`, or None for no speculation."""
         if self.method == "none":
             return None
-        config: dict[str, Any] = {
-            "method": self.method,
-            "num_speculative_tokens": self.num_speculative_tokens,
-        }
+        config: dict[str, Any] = {"method": self.method}
+        if self.num_speculative_tokens is not None:
+            config["num_speculative_tokens"] = self.num_speculative_tokens
         if self.draft_model:
             config["model"] = self.draft_model
         if self.prompt_lookup_min is not None:
@@ -114,6 +151,13 @@ class SpeculativeSpec(BaseModel):
             config["prompt_lookup_max"] = self.prompt_lookup_max
         if self.disable_eagle_block_drop:
             config["disable_eagle_block_drop"] = True
+        if self.num_speculative_tokens_per_batch_size is not None:
+            config["num_speculative_tokens_per_batch_size"] = [
+                list(entry) for entry in self.num_speculative_tokens_per_batch_size
+            ]
+        for name in _SUFFIX_FIELDS:
+            if getattr(self, name) is not None:
+                config[name] = getattr(self, name)
         return config
 
 
@@ -150,6 +194,7 @@ class ServerSpec(BaseModel):
     max_model_len: int | None = Field(default=None, gt=0)
     gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
     max_num_seqs: int | None = Field(default=None, gt=0)
+    max_num_batched_tokens: int | None = Field(default=None, gt=0)
     kv_cache_memory_bytes: int | None = Field(default=None, gt=0)
     num_gpu_blocks_override: int | None = Field(default=None, gt=0)
     enable_prefix_caching: bool = True
@@ -185,6 +230,13 @@ class ServerSpec(BaseModel):
     def _check(self) -> ServerSpec:
         if self.kv_cache_memory_bytes is not None and self.num_gpu_blocks_override is not None:
             raise ValueError("set kv_cache_memory_bytes or num_gpu_blocks_override, not both")
+        batched, seqs = self.max_num_batched_tokens, self.max_num_seqs
+        if batched is not None and seqs is not None and batched < seqs:
+            # vLLM's SchedulerConfig rejects this at startup with the same words.
+            raise ValueError(
+                f"max_num_batched_tokens ({batched}) must be greater than or equal to "
+                f"max_num_seqs ({seqs})"
+            )
         spec = self.speculative
         if spec is not None and spec.method == "mtp":
             layers = self.resolved_mtp_layers()
@@ -250,6 +302,7 @@ class ServerSpec(BaseModel):
             ("--max-model-len", self.max_model_len),
             ("--gpu-memory-utilization", self.gpu_memory_utilization),
             ("--max-num-seqs", self.max_num_seqs),
+            ("--max-num-batched-tokens", self.max_num_batched_tokens),
             ("--kv-cache-memory-bytes", self.kv_cache_memory_bytes),
             ("--num-gpu-blocks-override", self.num_gpu_blocks_override),
         )

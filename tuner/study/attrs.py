@@ -28,7 +28,7 @@ PARAM_NAMES: Final = (
     "disable_eagle_block_drop",  # mtp/eagle/eagle3 when the preset allows it
 )
 
-ROLES: Final = ("baseline", "candidate", "control")
+ROLES: Final = ("baseline", "candidate", "control", "confirm")
 CONTROL_KINDS: Final = ("kv_cut", "no_block_drop")
 
 
@@ -40,6 +40,9 @@ class StudyAttr:
     GPU: Final = "gpu"  # preset GPU name, e.g. "cpu"
     TUNER_VERSION: Final = "tuner_version"
     DRIVER: Final = "driver"  # {"host", "pid"} of the driver process running the study
+    MODE: Final = "mode"  # workload mode: "replay" | "live" | "traces"
+    MODE_NOTE: Final = "mode_note"  # what the mode's numbers mean, e.g. replay: answers not graded
+    CONFIRMATION: Final = "confirmation"  # tuner.study.confirm's verdict per confirmed config
 
 
 class TrialAttr:
@@ -72,3 +75,6 @@ class TrialAttr:
     PRUNED_AT_TASKS: Final = "pruned_at_tasks"
     REQUEUED_FROM: Final = "requeued_from"  # number of the interrupted trial this one repeats
     DUPLICATE_OF: Final = "duplicate_of"  # the trial whose params this one repeated (pruned)
+    PROBE: Final = "probe"  # tuner.workload.probe.ProbeResult.to_json(): greedy probe answers
+    CONFIRM_OF: Final = "confirm_of"  # a confirmation run: the trial number whose config it re-runs
+    CONFIRM_ROUND: Final = "confirm_round"  # a confirmation run: its round (0, 1, ...)

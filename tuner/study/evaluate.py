@@ -33,6 +33,7 @@ from tuner.workload import (
     run_throughput_sync,
     run_workload_sync,
 )
+from tuner.workload.probe import ProbeResult, try_probe
 
 __all__ = ["ThroughputPlan", "TrialRequest", "TrialResult", "evaluate"]
 
@@ -82,6 +83,7 @@ class TrialResult:
     startup_s: float = 0.0
     workload_s: float = 0.0
     throughput_s: float = 0.0
+    probe: ProbeResult | None = None  # greedy answers to the correctness probe
 
     @property
     def ok(self) -> bool:
@@ -162,6 +164,11 @@ def evaluate(
                 failure_kind = "workload_failed"
                 failure_reason = f"the workload failed against the server: {exc}"
             workload_s = time.monotonic() - w0
+            probe = None  # the correctness probe (tuner.workload.probe)
+            if workload is not None and not stopped_early:
+                probe = try_probe(
+                    handle.base_url, spec.served_model_name or spec.model, request.workload
+                )
             if workload is not None and not stopped_early and request.throughput.streams:
                 on_state("throughput")
                 t1 = time.monotonic()
@@ -184,6 +191,7 @@ def evaluate(
             startup_s=startup_s,
             workload_s=workload_s,
             throughput_s=throughput_s,
+            probe=probe,
         )
     raise AssertionError("unreachable: the second attempt always returns")
 

@@ -72,6 +72,8 @@ def measurement_attrs(result: TrialResult) -> dict[str, Any]:
             attrs[TrialAttr.ENERGY_PER_TASK_J] = round(w.joules_per_task, 2)
         if result.pruned:
             attrs[TrialAttr.PRUNED_AT_TASKS] = w.tasks
+    if result.probe is not None:
+        attrs[TrialAttr.PROBE] = result.probe.to_json()
     return attrs
 
 

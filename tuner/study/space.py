@@ -25,6 +25,7 @@ from pydantic import (
 
 from tuner.errors import ConfigError
 from tuner.server import ServerSpec, SpeculativeSpec
+from tuner.server.knobs import suffix_decoding_available
 from tuner.workload.settings import WorkloadSettings
 
 __all__ = [
@@ -130,6 +131,11 @@ class SearchSpace(BaseModel):
     kv_cache_memory_bytes: tuple[PositiveInt, ...] | None = Field(default=None, min_length=1)
     max_num_seqs: tuple[PositiveInt, ...] = Field(default=(256,), min_length=1)
     search_disable_eagle_block_drop: bool = False
+    # Load knobs (tuner.study.sweep): the scheduler's token budget beside max_num_seqs, and
+    # suffix decoding's tree depth and spec factor (method "suffix" only).
+    max_num_batched_tokens: tuple[PositiveInt, ...] | None = Field(default=None, min_length=1)
+    suffix_decoding_max_tree_depth: IntRange | None = None
+    suffix_decoding_max_spec_factor: FloatRange | None = None
 
     @field_validator("num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max")
     @classmethod
@@ -160,6 +166,12 @@ class SearchSpace(BaseModel):
                 f"prompt_lookup_max.high ({self.prompt_lookup_max.high}): vLLM needs "
                 "prompt_lookup_min <= prompt_lookup_max"
             )
+        batched = self.max_num_batched_tokens
+        if batched is not None and min(batched) < max(self.max_num_seqs):
+            raise ValueError(
+                f"max_num_batched_tokens ({min(batched)}) must be >= every max_num_seqs "
+                f"({max(self.max_num_seqs)}): vLLM rejects a smaller token budget"
+            )
         return self
 
 
@@ -185,6 +197,8 @@ class Preset(BaseModel):
     throughput_streams: tuple[PositiveInt, ...] = (1, 8)
     throughput_requests: int = Field(default=8, ge=1)
     throughput_output_tokens: int = Field(default=128, ge=1)
+    # Agent counts `tuner optimize` sweeps its finalists at when it ends (`tuner sweep`).
+    load_sweep: tuple[PositiveInt, ...] = ()
 
     @model_validator(mode="after")
     def _supported(self) -> Preset:
@@ -196,6 +210,11 @@ class Preset(BaseModel):
         for method in ("eagle", "eagle3", "draft_model"):
             if method in methods and method not in self.model.draft_models:
                 raise ValueError(f"method {method!r} needs model.draft_models.{method}")
+        if "suffix" in methods and not suffix_decoding_available():
+            raise ValueError(
+                "method 'suffix' needs the arctic-inference package in vLLM's Python "
+                "(vLLM: pip install arctic-inference); remove it from space.methods"
+            )
         context = self.workload.shape.max_context_tokens
         if self.workload.traces is None and context > self.model.max_model_len:
             raise ValueError(
@@ -257,6 +276,20 @@ class Preset(BaseModel):
                 "kv_cache_memory_bytes", list(s.kv_cache_memory_bytes)
             )
         params["max_num_seqs"] = trial.suggest_categorical("max_num_seqs", list(s.max_num_seqs))
+        if s.max_num_batched_tokens is not None:
+            params["max_num_batched_tokens"] = trial.suggest_categorical(
+                "max_num_batched_tokens", list(s.max_num_batched_tokens)
+            )
+        if method == "suffix" and s.suffix_decoding_max_tree_depth is not None:
+            t = s.suffix_decoding_max_tree_depth
+            params["suffix_decoding_max_tree_depth"] = trial.suggest_int(
+                "suffix_decoding_max_tree_depth", t.low, t.high, step=t.step
+            )
+        if method == "suffix" and s.suffix_decoding_max_spec_factor is not None:
+            f = s.suffix_decoding_max_spec_factor
+            params["suffix_decoding_max_spec_factor"] = trial.suggest_float(
+                "suffix_decoding_max_spec_factor", f.low, f.high, step=f.step
+            )
         if s.search_disable_eagle_block_drop and method in ("mtp", "eagle", "eagle3"):
             params["disable_eagle_block_drop"] = trial.suggest_categorical(
                 "disable_eagle_block_drop", [False, True]
@@ -275,6 +308,8 @@ class Preset(BaseModel):
                 prompt_lookup_max=params.get("prompt_lookup_max"),
                 draft_model=self.model.draft_models.get(method),
                 disable_eagle_block_drop=bool(params.get("disable_eagle_block_drop", False)),
+                suffix_decoding_max_tree_depth=params.get("suffix_decoding_max_tree_depth"),
+                suffix_decoding_max_spec_factor=params.get("suffix_decoding_max_spec_factor"),
             )
         m = self.model
         return ServerSpec(
@@ -284,6 +319,7 @@ class Preset(BaseModel):
             gpu_memory_utilization=params.get("gpu_memory_utilization"),
             kv_cache_memory_bytes=params.get("kv_cache_memory_bytes"),
             max_num_seqs=params.get("max_num_seqs"),
+            max_num_batched_tokens=params.get("max_num_batched_tokens"),
             enable_prefix_caching=m.enable_prefix_caching,
             tensor_parallel_size=self.gpu.tensor_parallel_size,
             tool_call_parser=m.tool_call_parser,
