@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from tuner.cli import db, explain, models, optimize, results  # noqa: F401 - importing registers commands
+from tuner.cli import db, explain, models, optimize, results, sweep  # noqa: F401 - importing registers commands
 from tuner.cli import workload as workload_cli
 from tuner.cli._app import app, run
 

@@ -1,0 +1,125 @@
+"""`tuner sweep`: the study's finalists at several agent counts, the crossover and a schedule."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from tuner.cli._app import StorageOption, app, console, console_err
+from tuner.errors import ConfigError
+from tuner.settings import get_settings
+
+
+def parse_agents(text: str | None) -> tuple[int, ...] | None:
+    """ "1,2,4" -> (1, 2, 4); None stays None. ConfigError names the bad item."""
+    if text is None:
+        return None
+    out = []
+    for item in text.split(","):
+        if not item.strip().isdigit() or int(item) < 1:
+            raise ConfigError(
+                f"--agents {text!r}: {item.strip()!r} is not a positive whole number; "
+                "give agent counts like 1,2,4"
+            )
+        out.append(int(item))
+    return tuple(sorted(set(out)))
+
+
+@app.command("sweep")
+def sweep_cmd(
+    study: Annotated[str, typer.Option("--study", help="The study whose finalists to sweep.")],
+    agents: Annotated[
+        str | None,
+        typer.Option("--agents", help="Agent counts, e.g. 1,2,4 (default: the preset's)."),
+    ] = None,
+    top: Annotated[
+        int, typer.Option("--top", min=1, help="Candidates swept beside the baseline.")
+    ] = 2,
+    tasks: Annotated[
+        int | None, typer.Option("--tasks", min=1, help="Scored tasks per load (default: preset).")
+    ] = None,
+    schedule: Annotated[
+        bool,
+        typer.Option("--schedule", help="Also run the depth schedule derived from the sweep."),
+    ] = False,
+    limit: Annotated[
+        int | None,
+        typer.Option("--limit", min=1, help="Measure at most N configs now; run again to resume."),
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Write load-sweep.png and load-sweep.json here.")
+    ] = None,
+    storage: StorageOption = None,
+    cache_dir: Annotated[
+        Path | None, typer.Option("--cache-dir", envvar="TUNER_CACHE_DIR", help="Cache directory.")
+    ] = None,
+) -> None:
+    """Tasks/h and per-task latency of the finalists against the number of agents."""
+    from tuner.study.sweep import SweepOptions, run_sweep
+
+    settings = get_settings()
+    options = SweepOptions(
+        storage_url=storage or settings.storage_url(),
+        cache_dir=cache_dir or settings.cache_path(),
+        study_name=study,
+        agents=parse_agents(agents),
+        top=top,
+        tasks=tasks,
+        limit=limit,
+        schedule=schedule,
+    )
+
+    def progress(line: str) -> None:
+        console_err.print(line, markup=False, highlight=False, soft_wrap=True)
+
+    sweep = run_sweep(options, on_state=progress)
+    print_sweep(sweep)
+    if out is not None:
+        from tuner.results.load import sweep_png
+
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "load-sweep.json").write_text(json.dumps(sweep.to_json(), indent=1) + "\n")
+        (out / "load-sweep.png").write_bytes(sweep_png(sweep))
+        console.print(f"wrote {out / 'load-sweep.png'}", markup=False, highlight=False)
+
+
+def print_sweep(sweep: object) -> None:
+    """The sweep table, the crossover, the answer per load and the schedule's command."""
+    from tuner.results.load import (
+        LoadSweep,
+        crossover_sentence,
+        derive_schedule,
+        load_sentences,
+        load_table_rows,
+    )
+
+    assert isinstance(sweep, LoadSweep)
+    columns, rows = load_table_rows(sweep)
+    table = Table(title=f"Load sweep ({sweep.mode}, {sweep.tasks} tasks per load)")
+    for i, name in enumerate(columns):
+        table.add_column(Text(name), justify="left" if i == 0 else "right")
+    for row in rows:
+        table.add_row(*(Text(cell) for cell in row))
+    console.print(table)
+    for line in [crossover_sentence(sweep), *load_sentences(sweep)]:
+        if line:
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
+    derived = derive_schedule(sweep)
+    if derived is not None:
+        host, ranges = derived
+        console.print(
+            f"depth schedule derived from the sweep, on {host.key}'s server: "
+            + ", ".join(f"batch {a}-{b}: depth {d}" for a, b, d in ranges),
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+    swept = next((c for c in sweep.configs if c.schedule is not None and c.points), None)
+    if swept is not None:
+        console.print("schedule measured; to run it:", markup=False, highlight=False)
+        console.print(swept.serve_command, markup=False, highlight=False, soft_wrap=True)

@@ -1,0 +1,343 @@
+"""`tuner sweep`: the finalists of a study measured at several agent counts.
+
+After the search (and the confirmation rounds, when they ran), the baseline and the top
+candidates each get one fresh `vllm serve` (`tuner.server.Launcher`) on which the agent
+workload (`tuner.workload.run_workload_sync`) runs at every agent count in turn, lowest first.
+Every load plays its own task set (seed `workload.seed + 1000 x agents`), the same for every
+config: configs are compared task by task at one load, and a later load on the same server does
+not hit prompts that an earlier one cached. Warm-up tasks run before the first load only.
+
+Each config is stored as soon as it finishes (`tuner.results.load.LoadSweep` in the study's
+user attribute `load_sweep`; its workload runs, with every task and step, in tuner's tables
+under the study name + `SWEEP_TABLE_SUFFIX`), so an interrupted sweep resumes with the configs
+that are missing. The analysis (winners, crossover, schedule) is `tuner.results.load`.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import httpx
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from tuner.errors import StartupFailed, StudyError, TunerError
+from tuner.models import MODEL_NAMES, prepare
+from tuner.records import WorkloadRecord
+from tuner.results.load import SWEEP_ATTR, LoadPoint, LoadSweep, SweptConfig, sweep_from_attrs
+from tuner.server import Launcher, ServerSpec, SpeculativeSpec
+from tuner.storage import Store, normalize_url
+from tuner.study.attrs import TrialAttr
+from tuner.study.space import Preset
+from tuner.workload import run_workload_sync
+
+__all__ = [
+    "SWEEP_TABLE_SUFFIX",
+    "Finalist",
+    "SweepOptions",
+    "choose_finalists",
+    "default_agents",
+    "run_sweep",
+    "schedule_finalist",
+]
+
+SWEEP_TABLE_SUFFIX: Final = ":load-sweep"
+_SEED_STRIDE: Final = 1000
+_CONFIRM_OF: Final = "confirm_of"  # TrialAttr.CONFIRM_OF, written by `tuner confirm`
+
+
+@dataclass(frozen=True)
+class Finalist:
+    """A config to sweep: a trial's params, or those params with a depth schedule."""
+
+    key: str
+    trial_number: int | None
+    params: dict[str, Any]
+    is_baseline: bool = False
+    schedule: tuple[tuple[int, int, int], ...] | None = None
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    """What `tuner sweep` was asked for."""
+
+    storage_url: str
+    cache_dir: Path
+    study_name: str
+    agents: tuple[int, ...] | None = None  # None: the preset's load_sweep, else 1, 2, 4
+    top: int = 2
+    tasks: int | None = None  # scored tasks per load; None: the preset's
+    limit: int | None = None  # measure at most this many configs in this call
+    schedule: bool = False  # also sweep the schedule derived from the finalists' sweep
+
+
+def _measured(t: FrozenTrial) -> bool:
+    return (
+        t.state == TrialState.COMPLETE
+        and t.value is not None
+        and not t.user_attrs.get(TrialAttr.INFEASIBLE)
+    )
+
+
+def _role(t: FrozenTrial) -> str:
+    role = t.user_attrs.get(TrialAttr.ROLE)
+    return str(role) if role is not None else ("baseline" if t.number == 0 else "candidate")
+
+
+def choose_finalists(trials: Sequence[FrozenTrial], top: int) -> list[Finalist]:
+    """The baseline and the `top` best distinct configs.
+
+    With confirmation runs (role "confirm") the configs they confirmed are ranked by their mean
+    confirmed tasks/h; otherwise the search trials by their own value.
+    """
+    base = next((t for t in trials if _role(t) == "baseline" and _measured(t)), None)
+    if base is None:
+        raise StudyError("the study has no finished baseline trial; run tuner optimize first")
+    by_number = {t.number: t for t in trials}
+    confirmed: dict[int, list[float]] = {}
+    for t in trials:
+        of = t.user_attrs.get(_CONFIRM_OF)
+        if _role(t) == "confirm" and _measured(t) and isinstance(of, int) and of in by_number:
+            confirmed.setdefault(of, []).append(float(t.value or 0.0))
+    if any(n != base.number for n in confirmed):
+        scored = [(statistics.fmean(v), by_number[n]) for n, v in confirmed.items()]
+    else:
+        scored = [
+            (float(t.value or 0.0), t) for t in trials if _role(t) == "candidate" and _measured(t)
+        ]
+    picked: list[Finalist] = [Finalist(f"#{base.number}", base.number, dict(base.params), True)]
+    seen = [base.params]
+    for _, t in sorted(scored, key=lambda vt: (-vt[0], vt[1].number)):
+        if len(picked) > top:
+            break
+        if t.params in seen:
+            continue
+        seen.append(t.params)
+        picked.append(Finalist(f"#{t.number}", t.number, dict(t.params)))
+    return picked
+
+
+def default_agents(preset: Preset) -> tuple[int, ...]:
+    """The preset's `load_sweep`, else 1, 2, 4 and the preset's own count."""
+    declared = tuple(getattr(preset, "load_sweep", ()) or ())
+    agents = declared or (1, 2, 4)
+    return tuple(sorted({*agents, preset.workload.agents}))
+
+
+def schedule_finalist(sweep: LoadSweep) -> Finalist | None:
+    """The depth schedule derived from a sweep as a config to sweep, or None (see
+    `tuner.results.load.derive_schedule`)."""
+    from tuner.results.load import derive_schedule
+
+    derived = derive_schedule(sweep)
+    if derived is None:
+        return None
+    host, schedule = derived
+    params = dict(host.params)
+    params["num_speculative_tokens"] = max(depth for _, _, depth in schedule)
+    return Finalist("schedule", host.trial_number, params, schedule=schedule)
+
+
+def _spec(preset: Preset, finalist: Finalist, model_path: str) -> ServerSpec:
+    spec = preset.server_spec(finalist.params, model_path=model_path)
+    if finalist.schedule is None or spec.speculative is None:
+        return spec
+    speculative = SpeculativeSpec.model_validate(
+        {
+            **spec.speculative.model_dump(exclude_defaults=True),
+            "num_speculative_tokens_per_batch_size": finalist.schedule,
+        }
+    )
+    return spec.replace(speculative=speculative)
+
+
+def _label(finalist: Finalist) -> str:
+    from tuner.results.loading import describe_config
+
+    text = describe_config(finalist.params)
+    if finalist.schedule is not None:
+        ranges = ", ".join(
+            f"{a}-{b}: {d}" if a != b else f"{a}: {d}" for a, b, d in finalist.schedule
+        )
+        text = f"{text}, depth by batch size ({ranges})"
+    return text
+
+
+def _point(record: WorkloadRecord, run_id: int | None) -> LoadPoint:
+    scored = [t for t in record.task_records if not t.warmup]
+    walls = sorted(t.wall_s for t in scored)
+    return LoadPoint(
+        agents=record.agents,
+        tasks=record.tasks,
+        successes=record.successes,
+        wall_s=record.scored_wall_s,
+        tasks_per_hour=record.tasks_per_hour,
+        tasks_per_hour_low=record.tasks_per_hour_low,
+        tasks_per_hour_high=record.tasks_per_hour_high,
+        latency_p50_s=statistics.median(walls) if walls else None,
+        latency_p90_s=statistics.quantiles(walls, n=10)[-1] if len(walls) > 1 else None,
+        acceptance_rate=record.acceptance_rate,
+        outcomes=tuple((t.task_id, t.success, t.wall_s) for t in scored),
+        workload_run_id=run_id,
+    )
+
+
+def _model_path(preset: Preset, cache_dir: Path) -> str:
+    # As the study driver resolves it: a test model is built into the cache.
+    name = preset.model.prepare
+    if name:
+        if name not in MODEL_NAMES:
+            raise StudyError(f"preset names unknown test model {name!r}")
+        return str(prepare(name, cache_dir))
+    return preset.model.checkpoint
+
+
+def measure_config(
+    finalist: Finalist,
+    *,
+    preset: Preset,
+    agents: Sequence[int],
+    tasks: int,
+    model_path: str,
+    store: Store,
+    study_name: str,
+    cache_dir: Path,
+    index: int,
+    on_state: Callable[[str], None] = lambda _s: None,
+) -> SweptConfig:
+    """One fresh server for `finalist`, the workload at each agent count, the server stopped."""
+    spec = _spec(preset, finalist, model_path)
+    label = _label(finalist)
+    table_key = study_name + SWEEP_TABLE_SUFFIX
+    launcher = Launcher(log_dir=cache_dir / "logs" / table_key, state_dir=cache_dir / "run")
+    common = dict(
+        key=finalist.key,
+        label=label,
+        trial_number=finalist.trial_number,
+        params=finalist.params,
+        serve_command=spec.serve_command(),
+        is_baseline=finalist.is_baseline,
+        schedule=finalist.schedule,
+    )
+    on_state(f"{finalist.key} {label}: starting a fresh server")
+    try:
+        handle = launcher.launch(spec, timeout_s=preset.startup_timeout_s)
+    except StartupFailed as exc:
+        store.add_server_start(table_key, index, exc.failure.record())
+        return SweptConfig(**common, failure=exc.failure.summary())  # type: ignore[arg-type]
+    tokenizer = model_path if Path(model_path).is_dir() else None
+    served = spec.served_model_name or spec.model
+    records: list[WorkloadRecord] = []
+    failure = None
+    with handle:
+        for i, n in enumerate(agents):
+            on_state(f"{finalist.key} {label}: {n} agent(s)")
+            settings = preset.workload.model_copy(
+                update={
+                    "agents": n,
+                    "tasks": tasks,
+                    "seed": preset.workload.seed + _SEED_STRIDE * n,
+                    # Warm-up once per server: the later loads find it warm already.
+                    "warmup_tasks": preset.workload.warmup_tasks if i == 0 else 0,
+                }
+            )
+            try:
+                records.append(
+                    run_workload_sync(
+                        handle.base_url,
+                        served,
+                        settings,
+                        tokenizer=tokenizer,
+                        block_size=handle.facts.block_size,
+                    )
+                )
+            except (TunerError, httpx.HTTPError) as exc:
+                failure = f"the workload failed at {n} agent(s): {exc}"
+                break
+    start_id = store.add_server_start(table_key, index, handle.record())
+    points = tuple(
+        _point(r, store.add_workload_run(table_key, index, r, server_start_id=start_id))
+        for r in records
+    )
+    return SweptConfig(
+        **common,  # type: ignore[arg-type]
+        kv_cache_tokens=handle.facts.kv_cache_tokens,
+        failure=failure,
+        points=points,
+    )
+
+
+def _complete(config: SweptConfig | None, agents: Sequence[int]) -> bool:
+    if config is None:
+        return False
+    return config.failure is not None or all(config.at(n) is not None for n in agents)
+
+
+def run_sweep(
+    options: SweepOptions, on_state: Callable[[str], None] = lambda _s: None
+) -> LoadSweep:
+    """Sweep the study's finalists (and, when asked, the derived schedule); store each config.
+
+    Configs already stored with every requested load are kept; the rest run, at most
+    `options.limit` of them in this call.
+    """
+    storage = normalize_url(options.storage_url)
+    try:
+        study = optuna.load_study(study_name=options.study_name, storage=storage)
+    except KeyError:
+        raise StudyError(f"no study named {options.study_name!r} in this storage") from None
+    preset = Preset.model_validate(study.user_attrs["preset"])
+    agents = tuple(sorted(set(options.agents or default_agents(preset))))
+    tasks = options.tasks or preset.workload.tasks
+    previous = sweep_from_attrs(study.user_attrs)
+    sweep = LoadSweep(agents, preset.workload.agents, preset.workload.mode, tasks)
+    if previous is not None and previous.agents == agents and previous.tasks == tasks:
+        sweep = previous  # resume: same loads, same task count
+    finalists = choose_finalists(study.get_trials(deepcopy=False), options.top)
+    store = Store(options.storage_url)
+    ran = 0
+    try:
+        model_path = _model_path(preset, options.cache_dir)
+        for round_ in ("finalists", "schedule"):
+            if round_ == "schedule":
+                if not options.schedule:
+                    break
+                derived = schedule_finalist(sweep)
+                if derived is None:
+                    on_state("no depth schedule: one static config wins at every load")
+                    break
+                finalists = [derived]
+            for finalist in finalists:
+                existing = next((c for c in sweep.configs if c.key == finalist.key), None)
+                if _complete(existing, agents) and (
+                    existing is None or existing.schedule == finalist.schedule
+                ):
+                    continue
+                if options.limit is not None and ran >= options.limit:
+                    return sweep
+                index = (
+                    sweep.configs.index(existing) if existing is not None else len(sweep.configs)
+                )
+                store.delete_trial(study.study_name + SWEEP_TABLE_SUFFIX, index)
+                config = measure_config(
+                    finalist,
+                    preset=preset,
+                    agents=agents,
+                    tasks=tasks,
+                    model_path=model_path,
+                    store=store,
+                    study_name=study.study_name,
+                    cache_dir=options.cache_dir,
+                    index=index,
+                    on_state=on_state,
+                )
+                ran += 1
+                sweep = sweep.with_config(config)
+                study.set_user_attr(SWEEP_ATTR, sweep.to_json())
+    finally:
+        store.close()
+    return sweep
