@@ -21,7 +21,7 @@ def test_report_carries_the_why_table_with_published_numbers(tmp_path: Path) -> 
     assert table.column("KV cache tokens")[2] == "27,405"
     assert sentence == (
         "trial #1: the smaller KV cache explains 285 of the 422 tasks/h lost (68%); "
-        "the rest is cache reuse"
+        "the rest is cache reuse (steps reusing their whole previous prompt: 33% against 78%)"
     )
     assert table in report_tables(results)
     assert f"Why {sentence}" in summary_lines(results)

@@ -163,11 +163,15 @@ def choose_export(results: StudyResults) -> ExportChoice:
             f"{_score(base)}",
         )
     if best.number == base.number:
-        what = "confirmed" if confirmed else "search-time"
+        what = (
+            f"confirmed: {base_estimate or 0.0:,.0f}"
+            if confirmed
+            else f"search-time: {_score(base)}"
+        )
         return choice(
             base,
             f"no speculation (the baseline, #{base.number}) did the most successful tasks/h "
-            f"({what}: {base_estimate or 0.0:,.0f}); the best other config, "
+            f"({what}); the best other config, "
             f"#{ranked[0].trial.number}, had {_evidence(ranked[0])}",
         )
     top_verdict = verdicts[best.number]

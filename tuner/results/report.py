@@ -193,6 +193,10 @@ def _share(t: TrialRow, name: str) -> str:
     return f"{100 * fractions[name]:.0f}%" if name in fractions else NOT_MEASURED
 
 
+def _all_share(t: TrialRow) -> float | None:
+    return t.reuse.fractions().get("all") if t.reuse is not None else None
+
+
 def why_tables(results: StudyResults) -> list[tuple[ReportTable, str]]:
     """For each explained candidate: the table of `tuner explain` and its one-line answer.
 
@@ -231,7 +235,14 @@ def why_tables(results: StudyResults) -> list[tuple[ReportTable, str]]:
             ),
         )
         assert kv_cut.tasks_per_hour is not None
-        answer = attribute(base.tasks_per_hour, candidate.tasks_per_hour, kv_cut.tasks_per_hour)
+        ref = kv_cut if kv_cut.reuse is not None else base
+        answer = attribute(
+            base.tasks_per_hour,
+            candidate.tasks_per_hour,
+            kv_cut.tasks_per_hour,
+            reuse_candidate=_all_share(candidate),
+            reuse_reference=_all_share(ref),
+        )
         out.append((table, f"trial #{number}: {answer.sentence()}"))
     return out
 

@@ -15,11 +15,13 @@ __all__ = [
     "ThroughputPlan",
     "TrialRequest",
     "TrialResult",
+    "enqueue_run",
     "evaluate",
     "known_presets",
     "load_preset",
     "open_study",
     "optimize",
+    "run_waiting",
 ]
 
 _WHERE = {
@@ -27,6 +29,8 @@ _WHERE = {
     "StudySummary": "driver",
     "open_study": "driver",
     "optimize": "driver",
+    "run_waiting": "driver",
+    "enqueue_run": "roles",
     "ThroughputPlan": "evaluate",
     "TrialRequest": "evaluate",
     "TrialResult": "evaluate",

@@ -39,10 +39,12 @@ class StudyAttr:
     MODEL: Final = "model"  # preset model name, e.g. "smollm2-135m"
     GPU: Final = "gpu"  # preset GPU name, e.g. "cpu"
     TUNER_VERSION: Final = "tuner_version"
-    DRIVER: Final = "driver"  # {"host", "pid"} of the driver process running the study
+    TARGET: Final = "n_trials_target"  # counted trials the current run works towards
     MODE: Final = "mode"  # workload mode: "replay" | "live" | "traces"
     MODE_NOTE: Final = "mode_note"  # what the mode's numbers mean, e.g. replay: answers not graded
     CONFIRMATION: Final = "confirmation"  # tuner.study.confirm's verdict per confirmed config
+    VLLM_VERSION: Final = "vllm_version"  # the vLLM the study measured (tuner.study.preflight)
+    VLLM_LACKS: Final = "vllm_lacks"  # knobs tuner can emit that this vLLM rejects
 
 
 class TrialAttr:
@@ -69,12 +71,16 @@ class TrialAttr:
     GPU_MEMORY_MIB: Final = "gpu_memory_mib"  # NVML, at the end of the window; absent on CPU
     STARTUP_S: Final = "startup_s"
     TIMING: Final = "timing"  # worker seconds: wall, startup, workload (warm-up too), throughput
-    FAILURE_KIND: Final = "failure_kind"  # tuner.server FailureKind value, or "interrupted"
+    # tuner.server FailureKind value, "interrupted", "worker_crashed" or "duplicate"
+    FAILURE_KIND: Final = "failure_kind"
     FAILURE_REASON: Final = "failure_reason"  # one line
     INFEASIBLE: Final = "infeasible"  # True when the config cannot run on this card
     PRUNED_AT_TASKS: Final = "pruned_at_tasks"
     REQUEUED_FROM: Final = "requeued_from"  # number of the interrupted trial this one repeats
-    DUPLICATE_OF: Final = "duplicate_of"  # the trial whose params this one repeated (pruned)
+    DUPLICATE_OF: Final = "duplicate_of"  # a queued run that repeated this trial (FAIL, no count)
+    DRIVER: Final = "driver"  # {"host", "pid"} of the driver process running the trial
+    # Errors after the workload finished (plain benchmark, stop): the trial keeps its value.
+    NOTES: Final = "notes"  # list of one-line strings
     PROBE: Final = "probe"  # tuner.workload.probe.ProbeResult.to_json(): greedy probe answers
     CONFIRM_OF: Final = "confirm_of"  # a confirmation run: the trial number whose config it re-runs
     CONFIRM_ROUND: Final = "confirm_round"  # a confirmation run: its round (0, 1, ...)

@@ -47,6 +47,10 @@ class Attribution:
     baseline: float
     candidate: float
     kv_cut: float
+    # Share of steps that reused their whole previous prompt: the candidate's, and the
+    # reference's (the KV-cut control's, else the baseline's). None: not measured.
+    reuse_candidate: float | None = None
+    reuse_reference: float | None = None
 
     @property
     def lost(self) -> float:
@@ -72,15 +76,40 @@ class Attribution:
             )
         share = self.memory_share or 0.0
         explained = max(0.0, min(self.explained_by_memory, self.lost))
-        return (
+        head = (
             f"the smaller KV cache explains {explained:.0f} of the {self.lost:.0f} tasks/h lost "
-            f"({100 * max(0.0, min(share, 1.0)):.0f}%); the rest is cache reuse"
+            f"({100 * max(0.0, min(share, 1.0)):.0f}%)"
         )
+        if explained >= self.lost:
+            return head
+        return f"{head}; {self.remainder()}"
+
+    def remainder(self) -> str:
+        """What the loss beyond memory is put down to: cache reuse only where it was measured
+        to fall (by `REUSE_DROP` of the steps or more), otherwise "unexplained"."""
+        cand, ref = self.reuse_candidate, self.reuse_reference
+        if cand is None or ref is None:
+            return "the rest is unexplained (prefix reuse was not measured)"
+        measured = f"steps reusing their whole previous prompt: {cand:.0%} against {ref:.0%}"
+        if ref - cand >= REUSE_DROP:
+            return f"the rest is cache reuse ({measured})"
+        return f"the rest is unexplained (no reuse measure fell: {measured})"
 
 
-def attribute(baseline: float, candidate: float, kv_cut: float) -> Attribution:
-    """Split `baseline - candidate` into the KV-cache part and the rest."""
-    return Attribution(baseline, candidate, kv_cut)
+# A drop in full-prompt reuse smaller than this (share of steps) is within run-to-run noise.
+REUSE_DROP = 0.05
+
+
+def attribute(
+    baseline: float,
+    candidate: float,
+    kv_cut: float,
+    *,
+    reuse_candidate: float | None = None,
+    reuse_reference: float | None = None,
+) -> Attribution:
+    """Split `baseline - candidate` into the KV-cache part and the rest (reuse or unexplained)."""
+    return Attribution(baseline, candidate, kv_cut, reuse_candidate, reuse_reference)
 
 
 @dataclass(frozen=True)
@@ -366,7 +395,13 @@ def explain(options: Any, trial_number: int | None = None) -> Explanation:
             candidate=candidate.number,
             rows=tuple(table),
             attribution=attribute(
-                table[0].tasks_per_hour, table[1].tasks_per_hour, kv.tasks_per_hour
+                table[0].tasks_per_hour,
+                table[1].tasks_per_hour,
+                kv.tasks_per_hour,
+                reuse_candidate=table[1].reused_all,
+                reuse_reference=(
+                    kv.reused_all if kv.reused_all is not None else table[0].reused_all
+                ),
             ),
             controls_run=queued,
         )

@@ -1,0 +1,203 @@
+"""The study loop stepped on a scripted backend: budget, duplicates, exhaustion, resume, crashes.
+
+The loop, sampler, pruner rule and recovery are the real code `tuner optimize` runs; only the
+trials' measurements come from `tuner.testing.scripted_backend` (a named fake) on a simulated
+clock, in an in-memory Optuna study without tuner's tables.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from tuner.study.attrs import TrialAttr
+from tuner.study.driver import request_factory
+from tuner.study.loop import LoopOutcome, LoopSettings, StudyLoop
+from tuner.study.roles import counts_toward_budget, enqueue_run, role_of
+from tuner.study.sampling import config_key, enumerate_space
+from tuner.study.space import Preset, load_preset
+from tuner.testing.scripted_backend import ScriptedBackend, ScriptedRun
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+@pytest.fixture(scope="module")
+def preset() -> Preset:
+    return load_preset(model="smollm2-135m", gpu="cpu")
+
+
+def _run(
+    study: optuna.Study,
+    preset: Preset,
+    n_trials: int | None,
+    script: Any = None,
+    *,
+    seed: int | None = 0,
+    slots: int = 1,
+) -> tuple[LoopOutcome, ScriptedBackend]:
+    backend = ScriptedBackend(script or (lambda p: ScriptedRun()), n_slots=slots)
+    loop = StudyLoop(
+        study,
+        preset,
+        backend,
+        request_factory(preset, model_path="scripted", cache_dir=Path("/nonexistent")),
+        LoopSettings(n_trials=n_trials, seed=seed),
+    )
+    return loop.run(), backend
+
+
+def _new() -> optuna.Study:
+    return optuna.create_study(direction="maximize")
+
+
+def _counted(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+    return [t for t in study.get_trials() if counts_toward_budget(t)]
+
+
+def test_n_trials_counts_servers_started_and_a_second_run_adds_as_many_new(
+    preset: Preset,
+) -> None:
+    study = _new()
+    _run(study, preset, 6)
+    first = _counted(study)
+    assert len(first) == 6
+    assert role_of(first[0]) == "baseline" and first[0].params == preset.baseline_params()
+    _, backend = _run(study, preset, 6)
+    trials = _counted(study)
+    assert len(trials) == 12 and len(backend.submitted) == 6
+    keys = [config_key(t.params) for t in trials]
+    assert len(set(keys)) == 12  # no config measured twice
+    assert all(t.state == TrialState.COMPLETE for t in study.get_trials())  # no duplicate trial
+
+
+def test_an_exhausted_space_stops_with_its_size(preset: Preset) -> None:
+    small = preset.model_copy(
+        update={
+            "space": preset.space.model_copy(
+                update={"methods": ("none",), "kv_cache_memory_bytes": (300_000_000, 2_000_000_000)}
+            )
+        }
+    )
+    assert len(enumerate_space(small) or []) == 4  # 2 KV sizes x 2 max_num_seqs
+    study = _new()
+    outcome, _ = _run(study, small, 10)
+    assert outcome.exhausted_size == 4
+    assert len(_counted(study)) == 4
+    again, backend = _run(study, small, 3)
+    assert again.exhausted_size == 4 and backend.submitted == []
+
+
+def test_the_cpu_space_has_the_size_its_ranges_give(preset: Preset) -> None:
+    configs = enumerate_space(preset) or []
+    # none: 3 KV x 2 seqs; ngram: depth 4 x lookup pairs (min 1-3, max from min..5 with max>=2:
+    # 4 + 4 + 3 = 11) x 3 KV x 2 seqs.
+    assert len(configs) == 3 * 2 + 4 * 11 * 3 * 2
+    assert len({config_key(c) for c in configs}) == len(configs)
+
+
+def test_resumed_runs_continue_reproducibly_and_never_repeat(preset: Preset) -> None:
+    def history(split: tuple[int, ...]) -> list[dict[str, Any]]:
+        study = _new()
+        for n in split:
+            _run(study, preset, n, seed=7)
+        return [t.params for t in study.get_trials()]
+
+    once = history((4, 4))
+    assert once == history((4, 4))  # same seed, same history: the same trials
+    assert len({config_key(p) for p in once}) == 8
+    assert history((4, 4))[:4] == history((4,))
+
+
+def test_extra_roles_never_reach_the_sampler(preset: Preset) -> None:
+    """A control with a terrible value on the baseline's params changes no suggestion."""
+    from tuner.study.sampling import propose
+
+    def rate(params: dict[str, Any]) -> ScriptedRun:
+        return ScriptedRun(tasks_per_hour=50.0 + 10 * params.get("num_speculative_tokens", 0))
+
+    base = _new()
+    _run(base, preset, 12, rate)
+    configs = enumerate_space(preset)
+    differs = 0
+    for role in ("control", "confirm", "candidate"):
+        study = _new()
+        study.add_trials(base.get_trials())
+        study.add_trial(
+            optuna.trial.create_trial(
+                params=preset.baseline_params(),
+                distributions=base.trials[0].distributions,
+                value=0.01,
+                user_attrs={TrialAttr.ROLE: role},
+            )
+        )
+        for seed in range(5):
+            args = {"seed": seed, "n_trials": 12, "configs": configs}
+            got = propose(study.get_trials(), preset, **args)
+            want = propose(base.get_trials(), preset, **args)
+            if role == "candidate":
+                differs += got != want
+            else:
+                assert got == want, (role, seed)
+    assert differs > 0  # the same trial as a candidate does move TPE: the check can fail
+
+
+def test_extra_roles_run_from_the_queue_uncounted_and_unpruned(preset: Preset) -> None:
+    study = _new()
+    _run(study, preset, 4, lambda p: ScriptedRun(tasks_per_hour=100.0))
+    baseline = study.trials[0]
+    for _ in range(2):  # the same params twice: confirmations repeat on purpose
+        enqueue_run(study, baseline.params, role="confirm", attrs={"confirm_of": 0})
+    _run(study, preset, None, lambda p: ScriptedRun(tasks_per_hour=5.0))  # a terrible rate
+    confirms = [t for t in study.get_trials() if role_of(t) == "confirm"]
+    assert [t.state for t in confirms] == [TrialState.COMPLETE, TrialState.COMPLETE]
+    assert confirms[0].value == pytest.approx(5.0)
+    assert len(_counted(study)) == 4
+    with pytest.raises(ValueError, match="extra runs"):
+        enqueue_run(study, baseline.params, role="candidate")
+
+
+def test_a_queued_duplicate_is_not_run_not_counted_and_does_not_end_the_run(
+    preset: Preset,
+) -> None:
+    study = _new()
+    _run(study, preset, 2)
+    repeated = study.trials[1].params
+    study.enqueue_trial(repeated, user_attrs={TrialAttr.ROLE: "candidate"})
+    _, backend = _run(study, preset, 2)
+    dup = study.trials[2]
+    assert dup.state == TrialState.FAIL
+    assert dup.user_attrs[TrialAttr.DUPLICATE_OF] == 1
+    assert len(_counted(study)) == 4 and len(backend.submitted) == 2
+    assert all(r.params != repeated for r in backend.submitted)
+
+
+def test_a_worker_crash_is_retried_once_then_counts(preset: Preset) -> None:
+    study = _new()
+    _run(study, preset, 3, lambda p: ScriptedRun(crash="ActorDiedError: the actor died"))
+    trials = study.get_trials()
+    first = trials[0]
+    assert first.user_attrs[TrialAttr.FAILURE_KIND] == "worker_crashed"
+    assert not counts_toward_budget(first)
+    retry = trials[1]
+    assert retry.user_attrs[TrialAttr.REQUEUED_FROM] == 0 and retry.params == first.params
+    assert retry.state == TrialState.FAIL and counts_toward_budget(retry)
+    assert len(_counted(study)) == 3
+
+
+def test_infeasible_configs_count_and_carry_a_positive_constraint(preset: Preset) -> None:
+    study = _new()
+    _run(
+        study,
+        preset,
+        5,
+        lambda p: ScriptedRun(infeasible=p.get("kv_cache_memory_bytes") == 300_000_000),
+    )
+    infeasible = [t for t in study.get_trials() if t.user_attrs.get(TrialAttr.INFEASIBLE)]
+    assert len(_counted(study)) == 5
+    for t in infeasible:
+        assert t.state == TrialState.COMPLETE and t.value == 0.0
+        assert t.system_attrs["constraints:fits_on_card"] == 1.0
