@@ -1,14 +1,16 @@
-"""The study loop: Optuna ask/tell in the driver, trials evaluated on Ray workers.
+"""`optimize()` and `run_waiting()`: check everything, then run the study loop on Ray.
 
 Lifecycle of `optimize()`:
 
-1. Open the storage (migrating tuner's tables), create or load the study, claim it.
-2. Reap vLLM servers orphaned by a killed run; mark its interrupted trials and re-queue them.
-3. Enqueue the baseline (no speculation, default memory) as the first trial of a new study.
-4. Start Ray (local, or `ray_address`) and one worker actor per GPU slot.
-5. Loop: keep every slot busy with `ask()`ed candidates; relay progress to Optuna
-   (`report`/`should_prune`) and stop losing trials; `tell()` each result after storing it.
-6. On Ctrl-C/SIGTERM: stop the workers' trials, re-queue them as interrupted, leave no server.
+1. Check the inputs and build the model (a bad preset, model or Ray address is one clear
+   error, and nothing has been written to the database yet).
+2. Start Ray: a private local instance (its own temp dir and ports, so two studies on one
+   machine run side by side), or join `--ray-address` after checking it answers.
+3. Open the storage (migrating tuner's tables) and create or load the study, with Optuna's
+   RDB heartbeat so several drivers can share it (`tuner.study.resume`).
+4. Reap vLLM servers orphaned on this host by a killed run.
+5. Run `tuner.study.loop.StudyLoop` on a `RayBackend` (one worker actor per GPU slot).
+6. On Ctrl-C/SIGTERM: stop the running trials, re-queue them as interrupted, leave no server.
 """
 
 from __future__ import annotations
@@ -16,38 +18,43 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import signal
-import time
+import socket
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import optuna
-import ray
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from tuner import __version__
-from tuner.errors import StudyError
+from tuner.errors import ConfigError, StudyError
 from tuner.models import MODEL_NAMES, prepare
 from tuner.server import ServerSpec, reap_orphans
 from tuner.storage import Store, normalize_url
 from tuner.study.attrs import StudyAttr, TrialAttr
-from tuner.study.display import SlotView, StudyDisplay, describe_params
-from tuner.study.evaluate import ThroughputPlan, TrialRequest, TrialResult
-from tuner.study.recording import record_result
-from tuner.study.resume import claim_study, finished_count, recover_interrupted
-from tuner.study.sampling import make_pruner, make_sampler
+from tuner.study.display import SlotView, StudyDisplay
+from tuner.study.evaluate import ThroughputPlan, TrialRequest
+from tuner.study.loop import LoopOutcome, LoopSettings, RequestFactory, StudyLoop
+from tuner.study.resume import counted, heartbeat_storage
+from tuner.study.roles import enqueue_run, is_sampled
 from tuner.study.space import Preset
-from tuner.study.workers import ProgressHub, start_workers
 
 __all__ = [
     "OptimizeOptions",
     "StudySummary",
     "apply_overrides",
+    "enqueue_run",
     "open_study",
     "optimize",
+    "request_factory",
     "run_waiting",
 ]
+
+RAY_CONNECT_TIMEOUT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -75,18 +82,23 @@ class StudySummary:
     best_value: float | None
     best_params: dict[str, Any]
     recovered: tuple[int, ...]
+    target: int | None = None
+    # One line for the user when the run stopped short of its target or continued another's.
+    note: str | None = None
 
 
 def open_study(preset: Preset, options: OptimizeOptions) -> optuna.Study:
     """Create or load the study on the storage, checking it was made with the same preset."""
     name = options.study_name or preset.study_name
-    storage = optuna.storages.RDBStorage(normalize_url(options.storage_url))
     study = optuna.create_study(
-        storage=storage,
+        storage=heartbeat_storage(normalize_url(options.storage_url)),
         study_name=name,
         direction="maximize",
-        sampler=make_sampler(options.seed, options.n_trials),
-        pruner=make_pruner(preset.workload.tasks),
+        # Every trial is queued with all its params (tuner.study.sampling proposes them from a
+        # view of the search's own trials), so the study's sampler only serves a queue that
+        # another driver emptied first: a uniform draw, still duplicate-checked.
+        sampler=optuna.samplers.RandomSampler(seed=options.seed),
+        pruner=optuna.pruners.NopPruner(),  # tuner.study.pruning decides, in the loop
         load_if_exists=True,
     )
     preset_json = json.loads(preset.model_dump_json())
@@ -104,26 +116,88 @@ def open_study(preset: Preset, options: OptimizeOptions) -> optuna.Study:
     return study
 
 
+def request_factory(preset: Preset, *, model_path: str, cache_dir: Path) -> RequestFactory:
+    """How the loop turns a trial and its params into a worker's `TrialRequest`."""
+    plan = ThroughputPlan(
+        streams=preset.throughput_streams,
+        requests=preset.throughput_requests,
+        output_tokens=preset.throughput_output_tokens,
+    )
+    tokenizer = model_path if Path(model_path).is_dir() else None
+
+    def make(trial: optuna.Trial, params: dict[str, Any]) -> TrialRequest:
+        spec = apply_overrides(
+            preset.server_spec(params, model_path=model_path),
+            trial.user_attrs.get(TrialAttr.SPEC_OVERRIDES) or {},
+        )
+        return TrialRequest(
+            study_name=trial.study.study_name,
+            trial_number=trial.number,
+            params=params,
+            spec=spec,
+            workload=preset.workload,
+            cache_dir=str(cache_dir),
+            startup_timeout_s=preset.startup_timeout_s,
+            throughput=plan,
+            tokenizer=tokenizer,
+        )
+
+    return make
+
+
 def _model_path(preset: Preset, cache_dir: Path) -> str:
     if preset.model.prepare:
         if preset.model.prepare not in MODEL_NAMES:
-            raise StudyError(f"preset names unknown test model {preset.model.prepare!r}")
+            raise ConfigError(f"preset names unknown test model {preset.model.prepare!r}")
         return str(prepare(preset.model.prepare, cache_dir))
     return preset.model.checkpoint
 
 
-def _start_ray(address: str | None) -> None:
-    if ray.is_initialized():
+def _check_ray_address(address: str) -> None:
+    """One clear line within seconds when nothing answers at `address` (Ray waits minutes)."""
+    if address in ("auto", "local"):
         return
+    parts = urlsplit(address if "://" in address else f"ray://{address}")
+    host, port = parts.hostname, parts.port or (10001 if parts.scheme == "ray" else 6379)
+    if not host:
+        raise ConfigError(f"--ray-address {address!r} is not HOST:PORT or ray://HOST:PORT")
+    try:
+        with socket.create_connection((host, port), timeout=RAY_CONNECT_TIMEOUT_S):
+            pass
+    except OSError as exc:
+        raise ConfigError(
+            f"no Ray cluster answers at {address} ({exc.strerror or exc}); start one with "
+            "`ray start --head` or leave out --ray-address for a local one"
+        ) from None
+
+
+def _start_ray(address: str | None) -> Path | None:
+    """Start or join Ray; the private temp dir of a local instance this call started."""
+    import ray
+
+    if ray.is_initialized():
+        return None
     if address:
+        _check_ray_address(address)
         ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
-    else:
-        ray.init(
-            num_cpus=os.cpu_count() or 1,
-            include_dashboard=False,
-            log_to_driver=False,
-            logging_level=logging.WARNING,
-        )
+        return None
+    # address="local": never join another study's instance found through /tmp/ray; a temp
+    # dir of its own keeps two local instances' sessions and sockets apart.
+    ray_tmp = Path(tempfile.mkdtemp(prefix="tuner-ray-", dir=_short_tmp()))
+    ray.init(
+        address="local",
+        num_cpus=os.cpu_count() or 1,
+        include_dashboard=False,
+        log_to_driver=False,
+        logging_level=logging.WARNING,
+        _temp_dir=str(ray_tmp),
+    )
+    return ray_tmp
+
+
+def _short_tmp() -> str | None:
+    # Ray's socket paths must stay under 107 bytes; mkdtemp's private 0700 dir keeps it safe.
+    return "/tmp" if Path("/tmp").is_dir() else None  # noqa: S108
 
 
 class _Interrupted(Exception):
@@ -135,212 +209,75 @@ def _raise_interrupt(_signum: int, _frame: object) -> None:
 
 
 def optimize(preset: Preset, options: OptimizeOptions) -> StudySummary:
-    """Run (or resume) the study until it has `n_trials` finished trials or time runs out."""
+    """Run the study until this run's `n_trials` trials that started a server have finished.
+
+    A run that ended early (killed, interrupted, timed out) is continued to its target instead.
+    """
     return _run(preset, options, budgeted=True)
 
 
 def run_waiting(preset: Preset, options: OptimizeOptions) -> StudySummary:
-    """Run the study's enqueued (WAITING) trials only, e.g. the controls of `tuner explain`."""
+    """Run the study's queued (WAITING) trials only, e.g. controls or confirmations."""
     return _run(preset, options, budgeted=False)
 
 
 def _run(preset: Preset, options: OptimizeOptions, *, budgeted: bool) -> StudySummary:
+    import ray
+
+    from tuner.study.workers import RayBackend
+
     # The live display and the summary say what Optuna's per-trial INFO lines would.
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    store = Store(options.storage_url)
-    store.engine  # migrate tuner's tables before Optuna touches the database  # noqa: B018
-    study = open_study(preset, options)
-    claim_study(study)
-    reap_orphans(options.cache_dir / "run")
-    recovered = recover_interrupted(study, store)
-    if budgeted and not study.trials:
-        study.enqueue_trial(preset.baseline_params(), user_attrs={TrialAttr.ROLE: "baseline"})
     model_path = _model_path(preset, options.cache_dir)
-    _start_ray(options.ray_address)
-    slots = preset.gpu.slots
-    gpus = 0 if preset.gpu.cpu else preset.gpu.tensor_parallel_size
-    hub = ProgressHub.remote()  # type: ignore[attr-defined]
-    workers = start_workers(hub, slots=slots, gpus_per_slot=gpus)
-    plan = ThroughputPlan(
-        streams=preset.throughput_streams,
-        requests=preset.throughput_requests,
-        output_tokens=preset.throughput_output_tokens,
-    )
+    joined = options.ray_address is not None and not ray.is_initialized()
+    ray_tmp = _start_ray(options.ray_address)
+    backend: RayBackend | None = None
+    store: Store | None = None
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
-    display = StudyDisplay(
-        total=options.n_trials if budgeted else len(_waiting(study)),
-        study_name=study.study_name,
-        enabled=options.show_progress,
-        slots=[SlotView() for _ in workers],
-    )
-    loop = _Loop(study, store, preset, options, model_path, hub, workers, plan, display)
-    loop.budgeted = budgeted
     try:
-        with display:
-            loop.run()
-    except (KeyboardInterrupt, _Interrupted):
-        loop.abandon()
-        raise KeyboardInterrupt() from None
+        store = Store(options.storage_url)
+        store.engine  # migrate tuner's tables before Optuna touches the database  # noqa: B018
+        study = open_study(preset, options)
+        reap_orphans(options.cache_dir / "run")
+        gpus = 0 if preset.gpu.cpu else preset.gpu.tensor_parallel_size
+        backend = RayBackend(slots=preset.gpu.slots, gpus_per_slot=gpus)
+        display = StudyDisplay(
+            total=0,
+            study_name=study.study_name,
+            enabled=options.show_progress,
+            slots=[SlotView() for _ in range(backend.slots)],
+        )
+        loop = StudyLoop(
+            study,
+            preset,
+            backend,
+            request_factory(preset, model_path=model_path, cache_dir=options.cache_dir),
+            LoopSettings(
+                n_trials=options.n_trials if budgeted else None,
+                seed=options.seed,
+                timeout_s=options.timeout_s,
+            ),
+            store=store,
+            display=display,
+        )
+        try:
+            with display:
+                outcome = loop.run()
+        except (KeyboardInterrupt, _Interrupted):
+            loop.abandon()
+            raise KeyboardInterrupt() from None
     finally:
         signal.signal(signal.SIGTERM, previous)
-        for worker in workers:
-            ray.kill(worker)
-        ray.kill(hub)
+        if backend is not None:
+            backend.close()
         reap_orphans(options.cache_dir / "run")
-        store.close()
-    return _summary(study, tuple(recovered))
-
-
-class _Loop:
-    """Keeps every worker busy and relays progress; one instance per `optimize()` call."""
-
-    def __init__(
-        self,
-        study: optuna.Study,
-        store: Store,
-        preset: Preset,
-        options: OptimizeOptions,
-        model_path: str,
-        hub: Any,
-        workers: list[Any],
-        plan: ThroughputPlan,
-        display: StudyDisplay,
-    ) -> None:
-        self.study, self.store, self.preset, self.options = study, store, preset, options
-        self.model_path, self.hub, self.workers, self.plan = model_path, hub, workers, plan
-        self.display = display
-        self.inflight: dict[Any, tuple[int, optuna.Trial]] = {}  # ref -> (slot, trial)
-        self.reported: dict[int, int] = {}
-        self.deadline = time.monotonic() + options.timeout_s if options.timeout_s else None
-        self.budgeted = True
-
-    def _finished(self) -> int:
-        return finished_count(self.study.get_trials(deepcopy=False))
-
-    def _may_start(self) -> bool:
-        if self.deadline is not None and time.monotonic() >= self.deadline:
-            return False
-        if not self.budgeted:
-            return bool(_waiting(self.study))
-        return self._finished() + len(self.inflight) < self.options.n_trials
-
-    def run(self) -> None:
-        self.display.update(finished=self._finished())
-        while True:
-            busy = {slot for slot, _ in self.inflight.values()}
-            for slot in range(len(self.workers)):
-                if slot not in busy and self._may_start():
-                    self._dispatch(slot)
-            if not self.inflight:
-                return
-            done, _ = ray.wait(list(self.inflight), num_returns=1, timeout=0.5)
-            self._relay_progress()
-            for ref in done:
-                self._complete(ref)
-
-    def _dispatch(self, slot: int) -> None:
-        trial = self.study.ask()
-        params = self.preset.suggest(trial)
-        if TrialAttr.ROLE not in trial.user_attrs:
-            trial.set_user_attr(TrialAttr.ROLE, "candidate")
-        duplicate = self._duplicate_of(trial, params)
-        if duplicate is not None:
-            # The same server and workload again would only re-measure noise; the sampler
-            # learns from the pruned duplicate and the budget still moves forward.
-            trial.set_user_attr(TrialAttr.DUPLICATE_OF, duplicate)
-            self.study.tell(trial, state=TrialState.PRUNED)
-            return
-        spec = apply_overrides(
-            self.preset.server_spec(params, model_path=self.model_path),
-            trial.user_attrs.get(TrialAttr.SPEC_OVERRIDES) or {},
-        )
-        request = TrialRequest(
-            study_name=self.study.study_name,
-            trial_number=trial.number,
-            params=params,
-            spec=spec,
-            workload=self.preset.workload,
-            cache_dir=str(self.options.cache_dir),
-            startup_timeout_s=self.preset.startup_timeout_s,
-            throughput=self.plan,
-            tokenizer=self.model_path if Path(self.model_path).is_dir() else None,
-        )
-        ref = self.workers[slot].run.remote(request)
-        self.inflight[ref] = (slot, trial)
-        self.display.slots[slot] = SlotView(
-            trial=trial.number, label=describe_params(params), state="starting"
-        )
-        self.display.update()
-
-    def _duplicate_of(self, trial: optuna.Trial, params: dict[str, Any]) -> int | None:
-        if trial.user_attrs.get(TrialAttr.ROLE) != "candidate":
-            return None
-        for other in self.study.get_trials(deepcopy=False):
-            if (
-                other.number != trial.number
-                and other.params == params
-                and other.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
-                and other.user_attrs.get(TrialAttr.ROLE) != "control"
-                and TrialAttr.DUPLICATE_OF not in other.user_attrs
-            ):
-                return other.number
-        return None
-
-    def _relay_progress(self) -> None:
-        progress, states = ray.get(self.hub.snapshot.remote())
-        for slot, trial in self.inflight.values():
-            view = self.display.slots[slot]
-            view.state = states.get(trial.number, view.state)
-            p = progress.get(trial.number)
-            if not p:
-                continue
-            view.tasks_done, view.tasks_total = p["tasks_done"], p["tasks_total"]
-            view.tasks_per_hour = p["tasks_per_hour"]
-            step = int(p["tasks_done"])
-            role = trial.user_attrs.get(TrialAttr.ROLE)
-            # Controls are measurements asked for by `tuner explain`: they never feed or meet
-            # the pruner. The baseline is the reference, so it reports but is never pruned.
-            if role == "control" or step <= self.reported.get(trial.number, 0):
-                continue
-            self.reported[trial.number] = step
-            trial.report(float(p["tasks_per_hour"]), step)
-            if role == "candidate" and trial.should_prune():
-                self.hub.request_stop.remote(trial.number)
-                view.state = "pruning"
-        self.display.update()
-
-    def _complete(self, ref: Any) -> None:
-        slot, trial = self.inflight.pop(ref)
-        try:
-            result: TrialResult = ray.get(ref)
-        except ray.exceptions.RayError as exc:
-            trial.set_user_attr(TrialAttr.FAILURE_KIND, "worker_crashed")
-            trial.set_user_attr(TrialAttr.FAILURE_REASON, str(exc).splitlines()[0][:500])
-            self.study.tell(trial, state=TrialState.FAIL)
-            self.workers[slot] = start_workers(
-                self.hub,
-                slots=1,
-                gpus_per_slot=0 if self.preset.gpu.cpu else self.preset.gpu.tensor_parallel_size,
-            )[0]
-        else:
-            record_result(self.study, trial, self.store, result)
-        self.hub.forget.remote(trial.number)
-        self.display.slots[slot] = SlotView()
-        self.display.best = _best_line(self.study)
-        self.display.update(finished=self._finished())
-
-    def abandon(self) -> None:
-        """Ctrl-C: stop running trials, mark them interrupted and re-queue them."""
-        for _slot, trial in self.inflight.values():
-            self.hub.request_stop.remote(trial.number)
-        if self.inflight:
-            # Workers stop their workload at the next task boundary and then their server.
-            ray.wait(list(self.inflight), num_returns=len(self.inflight), timeout=60)
-        recover_interrupted(self.study, self.store)
-
-
-def _waiting(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
-    return study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+        if store is not None:
+            store.close()
+        if ray_tmp is not None or joined:
+            ray.shutdown()
+        if ray_tmp is not None:
+            shutil.rmtree(ray_tmp, ignore_errors=True)
+    return _summary(study, outcome)
 
 
 def apply_overrides(spec: ServerSpec, overrides: dict[str, Any]) -> ServerSpec:
@@ -354,15 +291,20 @@ def apply_overrides(spec: ServerSpec, overrides: dict[str, Any]) -> ServerSpec:
     return spec.replace(**overrides)
 
 
-def _best_line(study: optuna.Study) -> str:
-    try:
-        best = study.best_trial
-    except ValueError:
-        return "-"
-    return f"trial {best.number}: {best.value:.1f} tasks/h ({describe_params(best.params)})"
+def _note(outcome: LoopOutcome, done: int) -> str | None:
+    if outcome.exhausted_size is not None:
+        return (
+            f"all {outcome.exhausted_size} distinct configurations of this space are measured; "
+            f"stopped at {done} of {outcome.target} trials"
+        )
+    if outcome.target is not None and done < outcome.target:
+        return f"stopped at {done} of {outcome.target} trials; the same command continues"
+    if outcome.resumed_target:
+        return f"continued an unfinished run to its {outcome.target} trials"
+    return None
 
 
-def _summary(study: optuna.Study, recovered: tuple[int, ...]) -> StudySummary:
+def _summary(study: optuna.Study, outcome: LoopOutcome) -> StudySummary:
     trials = study.get_trials(deepcopy=False)
     states: dict[str, int] = {}
     for t in trials:
@@ -372,15 +314,18 @@ def _summary(study: optuna.Study, recovered: tuple[int, ...]) -> StudySummary:
         for t in trials
         if t.state == TrialState.COMPLETE
         and not t.user_attrs.get(TrialAttr.INFEASIBLE)
-        and t.user_attrs.get(TrialAttr.ROLE) != "control"
+        and is_sampled(t)
     ]
-    best = max(feasible, key=lambda t: t.value or 0.0, default=None)
+    best: FrozenTrial | None = max(feasible, key=lambda t: t.value or 0.0, default=None)
+    done = counted(trials)
     return StudySummary(
         study_name=study.study_name,
-        finished=finished_count(trials),
+        finished=done,
         states=states,
         best_number=best.number if best else None,
         best_value=best.value if best else None,
         best_params=dict(best.params) if best else {},
-        recovered=recovered,
+        recovered=outcome.recovered,
+        target=outcome.target,
+        note=_note(outcome, done),
     )

@@ -4,10 +4,15 @@ This is the "trainable" of the study: it knows nothing of Optuna or Ray. Lifecyc
 
 1. Launch `vllm serve` with the candidate (`tuner.server.Launcher`).
 2. On a Mamba-block failure (hybrid models on GPUs), re-launch once with `max_num_seqs` clamped
-   to the available blocks; the original and clamped values are both returned.
+   to the available blocks; the original and clamped values are both returned. No block
+   available, or a second Mamba failure, makes the config infeasible.
 3. Run warm-up and the scored agent workload, reporting progress; stop early when asked.
 4. Optionally run the plain throughput benchmark (1 and 8 streams) on the same server.
 5. Stop the server (always), and return a frozen `TrialResult`.
+
+Nothing measured is thrown away: once the scored workload has finished, an error in the plain
+benchmark or in stopping the server becomes a note on the result (`TrialResult.notes`), and
+the trial keeps its score and its rows.
 """
 
 from __future__ import annotations
@@ -84,6 +89,7 @@ class TrialResult:
     workload_s: float = 0.0
     throughput_s: float = 0.0
     probe: ProbeResult | None = None  # greedy answers to the correctness probe
+    notes: tuple[str, ...] = ()  # errors after the workload finished; the score stands
 
     @property
     def ok(self) -> bool:
@@ -123,28 +129,66 @@ def evaluate(
         except StartupFailed as exc:
             failure = exc.failure
             starts.append(failure.record())
-            available = failure.details.get("available")
-            if failure.kind == FailureKind.MAMBA_BLOCKS_EXCEEDED and attempt == 0 and available:
-                clamped = int(available)
-                spec = spec.replace(max_num_seqs=clamped)
-                continue
+            infeasible = failure.infeasible
+            if failure.kind == FailureKind.MAMBA_BLOCKS_EXCEEDED:
+                available = int(failure.details.get("available") or 0)
+                if attempt == 0 and available > 0:
+                    clamped = available
+                    spec = spec.replace(max_num_seqs=clamped)
+                    continue
+                # No block at all, or still too many after the clamp: this card cannot serve
+                # the config, which the sampler must learn (a FAIL it would ignore).
+                infeasible = True
             return TrialResult(
                 trial_number=request.trial_number,
                 spec=spec,
                 server_starts=tuple(starts),
                 failure_kind=str(failure.kind.value),
                 failure_reason=failure.summary(),
-                infeasible=failure.infeasible,
+                infeasible=infeasible,
                 max_num_seqs_requested=requested,
                 max_num_seqs_clamped=clamped,
                 wall_s=time.monotonic() - t0,
             )
-        startup_s = time.monotonic() - launch_t0
-        workload: WorkloadRecord | None = None
-        throughput: tuple[ThroughputRecord, ...] = ()
-        failure_kind = failure_reason = None
-        workload_s = throughput_s = 0.0
-        stopped_early = False
+        return _measure(request, handle, spec, starts, on_state, on_progress, should_stop, t0,
+                        time.monotonic() - launch_t0, requested, clamped)  # fmt: skip
+    raise AssertionError("unreachable: the second attempt always returns")
+
+
+def _measure(
+    request: TrialRequest,
+    handle: Any,
+    spec: ServerSpec,
+    starts: list[ServerStartRecord],
+    on_state: StateCallback,
+    on_progress: ProgressCallback | None,
+    should_stop: Callable[[], bool] | None,
+    t0: float,
+    startup_s: float,
+    requested: int | None,
+    clamped: int | None,
+) -> TrialResult:
+    """Steps 3-5 on a started server: workload, plain benchmark, stop."""
+    workload: WorkloadRecord | None = None
+    throughput: tuple[ThroughputRecord, ...] = ()
+    failure_kind = failure_reason = None
+    workload_s = throughput_s = 0.0
+    notes: list[str] = []
+    probe: ProbeResult | None = None  # the correctness probe (tuner.workload.probe)
+    planned = [request.workload.tasks]
+    asked_to_stop = [False]
+
+    def progress(p: RunProgress) -> None:
+        planned[0] = p.tasks_total  # a traces file may hold fewer conversations than `tasks`
+        if on_progress is not None:
+            on_progress(p)
+
+    def stop() -> bool:
+        if should_stop is not None and should_stop():
+            asked_to_stop[0] = True
+        return asked_to_stop[0]
+
+    try:
         with handle:
             on_state("workload")
             w0 = time.monotonic()
@@ -155,16 +199,17 @@ def evaluate(
                     request.workload,
                     tokenizer=request.tokenizer,
                     block_size=handle.facts.block_size,
-                    on_progress=on_progress,
-                    should_stop=should_stop,
+                    on_progress=progress,
+                    should_stop=stop,
                     energy=energy_meter_for(request.gpu_ids),
                 )
-                stopped_early = workload.tasks < request.workload.tasks
             except (TunerError, httpx.HTTPError) as exc:
                 failure_kind = "workload_failed"
                 failure_reason = f"the workload failed against the server: {exc}"
             workload_s = time.monotonic() - w0
-            probe = None  # the correctness probe (tuner.workload.probe)
+            stopped_early = (
+                workload is not None and asked_to_stop[0] and workload.tasks < planned[0]
+            )
             if workload is not None and not stopped_early:
                 probe = try_probe(
                     handle.base_url, spec.served_model_name or spec.model, request.workload
@@ -172,28 +217,40 @@ def evaluate(
             if workload is not None and not stopped_early and request.throughput.streams:
                 on_state("throughput")
                 t1 = time.monotonic()
-                throughput = _throughput(handle.base_url, spec, request.throughput)
+                try:
+                    throughput = _throughput(handle.base_url, spec, request.throughput)
+                except (TunerError, httpx.HTTPError) as exc:
+                    notes.append(f"plain benchmark failed after the workload: {_line(exc)}")
                 throughput_s = time.monotonic() - t1
             on_state("stopping")
-        starts.append(handle.record())
-        return TrialResult(
-            trial_number=request.trial_number,
-            spec=spec,
-            server_starts=tuple(starts),
-            workload=workload,
-            throughput=throughput,
-            failure_kind=failure_kind,
-            failure_reason=failure_reason,
-            pruned=stopped_early,
-            max_num_seqs_requested=requested,
-            max_num_seqs_clamped=clamped,
-            wall_s=time.monotonic() - t0,
-            startup_s=startup_s,
-            workload_s=workload_s,
-            throughput_s=throughput_s,
-            probe=probe,
-        )
-    raise AssertionError("unreachable: the second attempt always returns")
+    except TunerError as exc:
+        if workload is None:
+            raise
+        notes.append(f"stopping the server failed after the workload: {_line(exc)}")
+    starts.append(handle.record())
+    return TrialResult(
+        trial_number=request.trial_number,
+        spec=spec,
+        server_starts=tuple(starts),
+        workload=workload,
+        throughput=throughput,
+        failure_kind=failure_kind,
+        failure_reason=failure_reason,
+        pruned=workload is not None and asked_to_stop[0] and workload.tasks < planned[0],
+        max_num_seqs_requested=requested,
+        max_num_seqs_clamped=clamped,
+        wall_s=time.monotonic() - t0,
+        startup_s=startup_s,
+        workload_s=workload_s,
+        throughput_s=throughput_s,
+        notes=tuple(notes),
+        probe=probe,
+    )
+
+
+def _line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
 
 
 def _preload_tokenizer(tokenizer: str | None) -> None:

@@ -2,11 +2,14 @@
 
 Only the driver calls this. Rows are written first, in one transaction, then the trial is
 told: a driver killed in between leaves a RUNNING trial, which the next run marks interrupted
-and whose rows it deletes, so nothing is counted twice.
+and whose rows it deletes (`tuner.study.resume.sweep`), so nothing is counted twice. Without a
+`Store` (a simulated study in memory) only Optuna hears of the result.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 from typing import TYPE_CHECKING, Any
 
 import optuna
@@ -43,6 +46,8 @@ def measurement_attrs(result: TrialResult) -> dict[str, Any]:
     if result.failure_kind:
         attrs[TrialAttr.FAILURE_KIND] = result.failure_kind
         attrs[TrialAttr.FAILURE_REASON] = result.failure_reason
+    if result.notes:
+        attrs[TrialAttr.NOTES] = list(result.notes)
     if result.server_starts:
         facts = result.server_starts[-1].facts
         if facts.kv_cache_tokens is not None:
@@ -77,15 +82,23 @@ def measurement_attrs(result: TrialResult) -> dict[str, Any]:
     return attrs
 
 
+def _test_kill_point(name: str) -> None:
+    """Tests SIGKILL the driver here (TUNER_TEST_SIGKILL_AT=name) to check the resume."""
+    if os.environ.get("TUNER_TEST_SIGKILL_AT") == name:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 def record_result(
-    study: optuna.Study, trial: optuna.Trial, store: Store, result: TrialResult
+    study: optuna.Study, trial: optuna.Trial, store: Store | None, result: TrialResult
 ) -> TrialState:
     """Store the result's rows, set its attributes and tell Optuna; returns the final state."""
-    store.save_trial(
-        study.study_name,
-        trial.number,
-        TrialMeasurements(result.server_starts, result.workload, result.throughput),
-    )
+    if store is not None:
+        store.save_trial(
+            study.study_name,
+            trial.number,
+            TrialMeasurements(result.server_starts, result.workload, result.throughput),
+        )
+    _test_kill_point("stored")
     for key, value in measurement_attrs(result).items():
         trial.set_user_attr(key, value)
     # Positive means "cannot run on this card": the sampler steers away from such configs.

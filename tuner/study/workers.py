@@ -2,21 +2,24 @@
 
 Workers evaluate candidates and return frozen `TrialResult`s; they never touch the database.
 The hub is how the driver hears progress (for pruning and the display) and how it asks a
-worker to stop a losing trial early.
+worker to stop a losing trial early. `RayBackend` wraps both as the study loop's
+`tuner.study.backend.TrialBackend`.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import asdict, replace
 from typing import Any
 
 import ray
 
+from tuner.study.backend import Finished, Progress
 from tuner.study.evaluate import TrialRequest, TrialResult, evaluate
 from tuner.workload import RunProgress
 
-__all__ = ["ProgressHub", "TrialWorker", "start_workers"]
+__all__ = ["ProgressHub", "RayBackend", "TrialWorker", "start_workers"]
 
 
 @ray.remote(num_cpus=0)
@@ -106,3 +109,76 @@ def start_workers(hub: Any, *, slots: int, gpus_per_slot: int) -> list[Any]:
     if gpus_per_slot > 0:
         options["num_gpus"] = gpus_per_slot
     return [TrialWorker.options(**options).remote(hub) for _ in range(slots)]
+
+
+class RayBackend:
+    """The study loop's backend on Ray: one `TrialWorker` per slot and one `ProgressHub`."""
+
+    def __init__(self, *, slots: int, gpus_per_slot: int) -> None:
+        self._gpus = gpus_per_slot
+        self._hub = ProgressHub.remote()  # type: ignore[attr-defined]
+        self._workers = start_workers(self._hub, slots=slots, gpus_per_slot=gpus_per_slot)
+        self._inflight: dict[Any, tuple[int, int]] = {}  # ref -> (slot, trial number)
+
+    @property
+    def slots(self) -> int:
+        """One per worker actor."""
+        return len(self._workers)
+
+    def submit(self, slot: int, request: TrialRequest) -> None:
+        """Run `request` on the slot's actor."""
+        ref = self._workers[slot].run.remote(request)
+        self._inflight[ref] = (slot, request.trial_number)
+
+    def wait(self, timeout_s: float) -> list[Finished]:
+        """Results of the trials that finished within `timeout_s`."""
+        if not self._inflight:
+            time.sleep(timeout_s)
+            return []
+        done, _ = ray.wait(list(self._inflight), num_returns=1, timeout=timeout_s)
+        if done:  # collect whatever else is ready too
+            done, _ = ray.wait(list(self._inflight), num_returns=len(self._inflight), timeout=0)
+        return [self._collect(ref) for ref in done]
+
+    def _collect(self, ref: Any) -> Finished:
+        slot, number = self._inflight.pop(ref)
+        self._hub.forget.remote(number)
+        try:
+            result: TrialResult = ray.get(ref)
+        except ray.exceptions.RayError as exc:
+            # The actor died with its trial (killed, out of memory): a fresh one takes the slot.
+            self._workers[slot] = start_workers(self._hub, slots=1, gpus_per_slot=self._gpus)[0]
+            line = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:500]
+            return Finished(slot, number, None, crash=line)
+        return Finished(slot, number, result)
+
+    def progress(self) -> dict[int, Progress]:
+        """The hub's latest snapshot."""
+        progress, states = ray.get(self._hub.snapshot.remote())
+        out = {}
+        for number in {n for _, n in self._inflight.values()}:
+            p = progress.get(number) or {}
+            out[number] = Progress(
+                state=states.get(number, "starting"),
+                tasks_done=int(p.get("tasks_done", 0)),
+                tasks_total=int(p.get("tasks_total", 0)),
+                successes=int(p.get("successes", 0)),
+                elapsed_s=float(p.get("elapsed_s", 0.0)),
+                tasks_per_hour=p.get("tasks_per_hour"),
+            )
+        return out
+
+    def request_stop(self, trial_number: int) -> None:
+        """Tell the trial's worker to stop at its next task boundary."""
+        self._hub.request_stop.remote(trial_number)
+
+    def now(self) -> float:
+        """Wall-clock monotonic seconds."""
+        return time.monotonic()
+
+    def close(self) -> None:
+        """Kill the actors; `evaluate()` stops its server when its process goes."""
+        for worker in self._workers:
+            ray.kill(worker)
+        ray.kill(self._hub)
+        self._inflight.clear()

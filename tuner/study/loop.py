@@ -1,0 +1,352 @@
+"""The study loop: ask, run on a backend, prune, tell; the one place that decides what runs.
+
+`StudyLoop.run()` is what `tuner optimize` and `tuner explain` execute (through
+`tuner.study.driver`), and what the sample-efficiency benchmark replays on a simulated backend:
+the sampler, the pruner rule, duplicate handling, constraints and the budget are this code,
+whatever runs the trials (`tuner.study.backend.TrialBackend`) and whatever storage the study
+uses (an `optuna.storages.InMemoryStorage` and no `Store` are fine).
+
+Lifecycle of one `run()`:
+
+1. Recover: fail and re-queue trials of dead drivers, repair half-done recoveries
+   (`tuner.study.resume`).
+2. Budgeted runs: queue the baseline if none is measured or queued; fix the target
+   (`budget_target`).
+3. Loop: fill idle slots (queued trials first, then `propose()`d candidates, never a repeat);
+   relay progress to Optuna and stop candidates the `PruneRule` says are losing; record and
+   `tell` each result; beat the heartbeat of running trials.
+4. Stop when the target is met, the queue is empty (unbudgeted runs), the space is exhausted
+   or the time is up, once nothing runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import optuna
+from optuna.storages._heartbeat import BaseHeartbeat, is_heartbeat_enabled
+from optuna.trial import FrozenTrial, TrialState
+
+from tuner.storage import Store
+from tuner.study.attrs import TrialAttr
+from tuner.study.backend import Finished, TrialBackend
+from tuner.study.display import SlotView, StudyDisplay, describe_params
+from tuner.study.evaluate import TrialRequest
+from tuner.study.pruning import PruneRule, RunningRate
+from tuner.study.recording import record_result
+from tuner.study.resume import (
+    HEARTBEAT_INTERVAL_S,
+    budget_target,
+    counted,
+    ensure_baseline,
+    mark_interrupted,
+    recover,
+    requeue,
+    this_driver,
+)
+from tuner.study.roles import SAMPLED_ROLES, is_sampled, role_of
+from tuner.study.sampling import (
+    SamplerFactory,
+    config_key,
+    enumerate_space,
+    make_sampler,
+    propose,
+    taken_configs,
+)
+from tuner.study.space import Preset
+
+__all__ = ["LoopOutcome", "LoopSettings", "RequestFactory", "StudyLoop"]
+
+RequestFactory = Callable[[optuna.Trial, dict[str, Any]], TrialRequest]
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    """How one `run()` behaves.
+
+    Attributes:
+        n_trials: Trials that start a server wanted from this run (see `budget_target`);
+            None runs the queued (WAITING) trials only, e.g. `tuner explain`'s controls.
+        seed: The study seed the sampler's seeds derive from (None: not reproducible).
+        timeout_s: Stop starting trials after this many seconds of backend time.
+        prune_rule: When a candidate is stopped early.
+        sampler_factory: The sampler of each draw, from (derived seed, n_trials).
+        poll_s: How long one `backend.wait()` may block.
+    """
+
+    n_trials: int | None
+    seed: int | None = 0
+    timeout_s: float | None = None
+    prune_rule: PruneRule = field(default_factory=PruneRule)
+    sampler_factory: SamplerFactory = make_sampler
+    poll_s: float = 0.5
+
+
+@dataclass(frozen=True)
+class LoopOutcome:
+    """How a `run()` ended."""
+
+    target: int | None
+    resumed_target: bool
+    exhausted_size: int | None  # the space's size when every config was measured
+    recovered: tuple[int, ...]
+
+
+@dataclass
+class _Running:
+    slot: int
+    trial: optuna.Trial
+    role: str
+    stopping: bool = False
+
+
+class StudyLoop:
+    """Keeps every slot of a backend busy with the study's next trials."""
+
+    def __init__(
+        self,
+        study: optuna.Study,
+        preset: Preset,
+        backend: TrialBackend,
+        make_request: RequestFactory,
+        settings: LoopSettings,
+        *,
+        store: Store | None = None,
+        display: StudyDisplay | None = None,
+    ) -> None:
+        self.study, self.preset, self.backend = study, preset, backend
+        self.make_request, self.settings, self.store = make_request, settings, store
+        self.display = display or StudyDisplay(total=0, study_name=study.study_name, enabled=False)
+        self.configs = enumerate_space(preset)
+        self.inflight: dict[int, _Running] = {}
+        self.reported: dict[int, int] = {}
+        self.target: int | None = None
+        self.exhausted = False
+        self._trials_cache: list[FrozenTrial] | None = None
+        self._deadline: float | None = None
+        self._last_beat = float("-inf")
+        storage = study._storage
+        # Only an RDB storage beats (and only it can be shared); in memory there is one driver.
+        self._heartbeat = isinstance(storage, BaseHeartbeat) and is_heartbeat_enabled(storage)
+        self._storage = cast(BaseHeartbeat, storage)
+        self._driver = this_driver()
+
+    # ---- the loop -------------------------------------------------------------------------
+
+    def run(self) -> LoopOutcome:
+        """Run until the target is met (or the queue is empty) and nothing runs."""
+        recovered = tuple(recover(self.study, self.store))
+        resumed = False
+        if self.settings.n_trials is not None:
+            ensure_baseline(self.study, self.preset.baseline_params())
+            self.target, resumed = budget_target(self.study, self.settings.n_trials)
+        if self.settings.timeout_s is not None:
+            self._deadline = self.backend.now() + self.settings.timeout_s
+        self.display.total = self.target if self.target is not None else len(self._waiting())
+        self.display.update(finished=self._done())
+        while True:
+            self._beat()
+            busy = {r.slot for r in self.inflight.values()}
+            for slot in range(self.backend.slots):
+                if slot not in busy and self._may_start():
+                    self._dispatch(slot)
+            if not self.inflight:
+                break
+            for finished in self.backend.wait(self.settings.poll_s):
+                self._complete(finished)
+            self._relay()
+        size = len(self.configs) if self.exhausted and self.configs is not None else None
+        return LoopOutcome(self.target, resumed, size, recovered)
+
+    def abandon(self) -> None:
+        """Ctrl-C or SIGTERM: stop running trials, mark them interrupted, re-queue them."""
+        numbers = list(self.inflight)
+        for number in numbers:
+            self.backend.request_stop(number)
+        # Workers stop at the next task boundary, then stop their server; wait a minute. What
+        # they measured is dropped: the trial runs again in full from the queue.
+        start = self.backend.now()
+        while self.inflight and self.backend.now() - start < 60:
+            for f in self.backend.wait(self.settings.poll_s):
+                self.inflight.pop(f.trial_number, None)
+        for number in numbers:
+            mark_interrupted(self.study, number, "the run was stopped before this trial finished")
+        self.inflight.clear()
+
+    # ---- state ----------------------------------------------------------------------------
+
+    def _trials(self, *, fresh: bool = False) -> list[FrozenTrial]:
+        if fresh or self._trials_cache is None:
+            self._trials_cache = self.study.get_trials(deepcopy=False)
+        return self._trials_cache
+
+    def _waiting(self) -> list[FrozenTrial]:
+        return [t for t in self._trials(fresh=True) if t.state == TrialState.WAITING]
+
+    def _done(self) -> int:
+        return counted(self._trials())
+
+    def _may_start(self) -> bool:
+        if self._deadline is not None and self.backend.now() >= self._deadline:
+            return False
+        if self.target is None:
+            return bool(self._waiting())
+        running = sum(1 for r in self.inflight.values() if r.role in SAMPLED_ROLES)
+        return not self.exhausted and self._done() + running < self.target
+
+    def _beat(self) -> None:
+        now = self.backend.now()
+        if now - self._last_beat < HEARTBEAT_INTERVAL_S:
+            return
+        self._last_beat = now
+        if self._heartbeat:
+            for run in self.inflight.values():
+                self._storage.record_heartbeat(run.trial._trial_id)
+            # Other drivers' dead trials come back to the queue while this one runs.
+            if recover(self.study, self.store):
+                self._trials_cache = None
+        self._trials_cache = None  # other drivers may have finished trials meanwhile
+
+    # ---- dispatch -------------------------------------------------------------------------
+
+    def _dispatch(self, slot: int) -> None:
+        # Each pass either runs a trial, consumes a queued duplicate, or queues a proposal.
+        for _ in range(100):
+            trials = self._trials(fresh=True)
+            if not any(t.state == TrialState.WAITING for t in trials):
+                if self.target is None:
+                    return
+                params = propose(
+                    trials,
+                    self.preset,
+                    seed=self.settings.seed,
+                    n_trials=self.target,
+                    configs=self.configs,
+                    sampler_factory=self.settings.sampler_factory,
+                )
+                if params is None:
+                    self.exhausted = True
+                    return
+                self.study.enqueue_trial(
+                    params, user_attrs={TrialAttr.ROLE: "candidate"}, skip_if_exists=False
+                )
+            trial = self.study.ask()
+            if self._heartbeat:
+                self._storage.record_heartbeat(trial._trial_id)
+            trial.set_user_attr(TrialAttr.DRIVER, self._driver)
+            params = self.preset.suggest(trial)
+            if TrialAttr.ROLE not in trial.user_attrs:
+                trial.set_user_attr(TrialAttr.ROLE, "candidate")
+            role = str(trial.user_attrs[TrialAttr.ROLE])
+            if role in SAMPLED_ROLES and self._reject_duplicate(trial, params, trials):
+                continue
+            self._start(slot, trial, params, role)
+            return
+        raise RuntimeError("the study queue kept yielding duplicates")  # pragma: no cover
+
+    def _reject_duplicate(
+        self, trial: optuna.Trial, params: dict[str, Any], trials: list[FrozenTrial]
+    ) -> bool:
+        """A queued run repeating a sampled trial's config: FAIL it, uncounted, unseen by TPE."""
+        others = [t for t in trials if t.number != trial.number]
+        if config_key(params) not in taken_configs(others):
+            return False
+        original = next(
+            t.number
+            for t in others
+            if is_sampled(t) and config_key(dict(t.params)) == config_key(params)
+        )
+        trial.set_user_attr(TrialAttr.DUPLICATE_OF, original)
+        trial.set_user_attr(TrialAttr.FAILURE_KIND, "duplicate")
+        trial.set_user_attr(
+            TrialAttr.FAILURE_REASON, f"repeats trial {original}'s config; not run again"
+        )
+        self.study.tell(trial, state=TrialState.FAIL)
+        return True
+
+    def _start(self, slot: int, trial: optuna.Trial, params: dict[str, Any], role: str) -> None:
+        self.backend.submit(slot, self.make_request(trial, params))
+        self.inflight[trial.number] = _Running(slot, trial, role)
+        self.display.slots[slot : slot + 1] = [
+            SlotView(trial=trial.number, label=describe_params(params), state="starting")
+        ]
+        self.display.update()
+
+    # ---- progress and pruning ---------------------------------------------------------------
+
+    def _reference(self) -> tuple[dict[int, float] | None, int]:
+        """The baseline's running-rate curve and how many sampled trials completed."""
+        curve = None
+        completed = 0
+        for t in self._trials():
+            if not is_sampled(t) or t.state != TrialState.COMPLETE:
+                continue
+            if t.user_attrs.get(TrialAttr.INFEASIBLE):
+                continue
+            completed += 1
+            if curve is None and role_of(t) == "baseline":
+                curve = dict(t.intermediate_values) or {1: float(t.value or 0.0)}
+        return curve, completed
+
+    def _relay(self) -> None:
+        progress = self.backend.progress()
+        curve, completed = self._reference()
+        for number, run in self.inflight.items():
+            p = progress.get(number)
+            if p is None:
+                continue
+            if run.slot < len(self.display.slots):
+                view = self.display.slots[run.slot]
+                view.state = "pruning" if run.stopping else p.state
+                view.tasks_done, view.tasks_total = p.tasks_done, p.tasks_total
+                view.tasks_per_hour = p.tasks_per_hour
+            if p.tasks_per_hour is None or p.tasks_done <= self.reported.get(number, 0):
+                continue
+            self.reported[number] = p.tasks_done
+            run.trial.report(float(p.tasks_per_hour), p.tasks_done)
+            rate = RunningRate(p.tasks_done, p.tasks_total, p.successes, p.elapsed_s)
+            if (
+                run.role == "candidate"
+                and not run.stopping
+                and self.settings.prune_rule.should_prune(rate, curve, completed)
+            ):
+                self.backend.request_stop(number)
+                run.stopping = True
+        self.display.update()
+
+    # ---- results ----------------------------------------------------------------------------
+
+    def _complete(self, finished: Finished) -> None:
+        run = self.inflight.pop(finished.trial_number, None)
+        if run is None:
+            return
+        if finished.result is None:
+            trial = run.trial
+            trial.set_user_attr(TrialAttr.FAILURE_KIND, "worker_crashed")
+            trial.set_user_attr(TrialAttr.FAILURE_REASON, finished.crash or "the worker died")
+            self.study.tell(trial, state=TrialState.FAIL)
+            requeue(self.study, self.study._storage.get_trial(trial._trial_id))
+        else:
+            record_result(self.study, run.trial, self.store, finished.result)
+        self.reported.pop(finished.trial_number, None)
+        self._trials_cache = None
+        if run.slot < len(self.display.slots):
+            self.display.slots[run.slot] = SlotView()
+        self.display.best = _best_line(self._trials())
+        self.display.update(finished=self._done())
+
+
+def _best_line(trials: list[FrozenTrial]) -> str:
+    feasible = [
+        t
+        for t in trials
+        if is_sampled(t)
+        and t.state == TrialState.COMPLETE
+        and not t.user_attrs.get(TrialAttr.INFEASIBLE)
+    ]
+    if not feasible:
+        return "-"
+    best = max(feasible, key=lambda t: t.value or 0.0)
+    return f"trial {best.number}: {best.value:.1f} tasks/h ({describe_params(best.params)})"
