@@ -2,7 +2,7 @@
 
 `choose_export` picks the trial: the best feasible one by successful tasks/hour, unless it does
 not beat the baseline (no speculation) beyond both intervals; then the baseline, with the reason.
-The published lesson (DESIGN.md section 1) is that on agent traffic "no speculation" is often the
+The published lesson (docs/workload.md) is that on agent traffic "no speculation" is often the
 right answer, so a speculative config has to earn its place. `render_export` writes the choice
 in one of `FORMATS`, each starting with comment lines that say what was measured.
 """

@@ -36,7 +36,7 @@ __all__ = [
     "resolve_study_name",
 ]
 
-# Per-step prefix reuse against the previous step's prompt (DESIGN.md section 6); the first
+# Per-step prefix reuse against the previous step's prompt (docs/workload.md); the first
 # step of a task has nothing to reuse and is not counted.
 REUSE_CLASSES = ("all", "one_block_short", "partial", "none")
 
