@@ -134,8 +134,8 @@ def test_a_clearly_losing_candidate_is_pruned_and_keeps_its_measurements(
     from tuner.study import open_study
 
     preset = _preset()
-    options = _options(tmp_path, 2)
-    optimize(preset, options)  # the baseline and one sampled candidate, both fast
+    options = _options(tmp_path, 3)
+    optimize(preset, options)  # the baseline and two sampled candidates, all fast
     study = open_study(preset, options)
     slow_env = {**preset.model.server_env, "FAKE_VLLM_TOKEN_DELAY_S": "0.1"}
     study.enqueue_trial(
@@ -143,17 +143,47 @@ def test_a_clearly_losing_candidate_is_pruned_and_keeps_its_measurements(
          "prompt_lookup_max": 3, "max_num_seqs": 8},
         user_attrs={TrialAttr.ROLE: "candidate", TrialAttr.SPEC_OVERRIDES: {"env": slow_env}},
     )  # fmt: skip
-    summary = optimize(preset, _options(tmp_path, 3))
-    assert summary.finished == 3
+    summary = optimize(preset, _options(tmp_path, 1))
+    assert summary.finished == 4
     study = optuna.load_study(study_name="fake", storage=options.storage_url)
-    slow = study.trials[2]
+    slow = study.trials[3]
     assert slow.state == TrialState.PRUNED
     pruned_at = slow.user_attrs[TrialAttr.PRUNED_AT_TASKS]
-    assert 0 < pruned_at < 6
+    assert 2 <= pruned_at < 6  # not before a third of the tasks
     assert slow.intermediate_values  # it reported tasks/h as tasks finished
     store = Store(options.storage_url)
     (run,) = store.workload_runs("fake", slow.number, with_tasks=True)
     store.close()
     assert run.record.tasks == pruned_at
     assert len([t for t in run.record.task_records if not t.warmup]) >= pruned_at
-    assert run.record.tasks_per_hour < min(t.value for t in study.trials[:2])
+    assert run.record.tasks_per_hour < min(t.value for t in study.trials[:3])
+
+
+def test_a_plain_benchmark_failing_after_the_workload_keeps_the_workload(
+    fake_ray: None, tmp_path: Path
+) -> None:
+    options = _options(tmp_path, 1)
+    summary = optimize(_preset(FAKE_VLLM_DIE_IN_PLAIN_BENCHMARK="1"), options)
+    assert summary.finished == 1
+    study = optuna.load_study(study_name="fake", storage=options.storage_url)
+    (trial,) = study.trials
+    assert trial.state == TrialState.COMPLETE
+    (note,) = trial.user_attrs[TrialAttr.NOTES]
+    assert note.startswith("plain benchmark failed after the workload")
+    store = Store(options.storage_url)
+    (run,) = store.workload_runs("fake", 0)
+    throughput = store.throughput_runs("fake", 0)
+    store.close()
+    assert run.record.tasks == 6 and trial.value == pytest.approx(run.record.tasks_per_hour)
+    assert throughput == []
+
+
+def test_a_second_run_adds_its_trials_and_repeats_none(fake_ray: None, tmp_path: Path) -> None:
+    preset = _preset()
+    optimize(preset, _options(tmp_path, 3))
+    summary = optimize(preset, _options(tmp_path, 3))
+    assert summary.finished == 6 and summary.target == 6
+    study = optuna.load_study(study_name="fake", storage=_options(tmp_path, 1).storage_url)
+    assert [t.state for t in study.trials] == [TrialState.COMPLETE] * 6
+    keys = {tuple(sorted(t.params.items())) for t in study.trials}
+    assert len(keys) == 6

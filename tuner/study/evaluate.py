@@ -219,7 +219,8 @@ def _measure(
                 t1 = time.monotonic()
                 try:
                     throughput = _throughput(handle.base_url, spec, request.throughput)
-                except (TunerError, httpx.HTTPError) as exc:
+                except Exception as exc:
+                    # Any error: the workload is measured and must survive what comes after it.
                     notes.append(f"plain benchmark failed after the workload: {_line(exc)}")
                 throughput_s = time.monotonic() - t1
             on_state("stopping")

@@ -38,6 +38,7 @@ from tuner.study.pruning import PruneRule, RunningRate
 from tuner.study.recording import record_result
 from tuner.study.resume import (
     HEARTBEAT_INTERVAL_S,
+    ask,
     budget_target,
     counted,
     ensure_baseline,
@@ -153,7 +154,11 @@ class StudyLoop:
                 if slot not in busy and self._may_start():
                     self._dispatch(slot)
             if not self.inflight:
-                break
+                if not self._others_running():
+                    break
+                # Their trials may finish short of the target, or die and come back queued.
+                self.backend.wait(max(self.settings.poll_s, 2.0))
+                continue
             for finished in self.backend.wait(self.settings.poll_s):
                 self._complete(finished)
             self._relay()
@@ -193,8 +198,29 @@ class StudyLoop:
             return False
         if self.target is None:
             return bool(self._waiting())
-        running = sum(1 for r in self.inflight.values() if r.role in SAMPLED_ROLES)
-        return not self.exhausted and self._done() + running < self.target
+        if self.exhausted or not self._room(self._trials()):
+            return False
+        # Decide on fresh data: other drivers on the study start and finish trials too.
+        return self._room(self._trials(fresh=True))
+
+    def _room(self, trials: list[FrozenTrial]) -> bool:
+        """Whether one more sampled trial fits the target, counting every driver's running ones."""
+        assert self.target is not None
+        running = {t.number for t in trials if t.state == TrialState.RUNNING and is_sampled(t)}
+        mine = {n for n, r in self.inflight.items() if r.role in SAMPLED_ROLES}
+        return counted(trials) + len(running | mine) < self.target
+
+    def _others_running(self) -> bool:
+        """Another driver still runs sampled trials that the target is waiting for."""
+        if self.target is None or self.exhausted:
+            return False
+        if self._deadline is not None and self.backend.now() >= self._deadline:
+            return False
+        trials = self._trials(fresh=True)
+        return counted(trials) < self.target and any(
+            t.state == TrialState.RUNNING and is_sampled(t) and t.number not in self.inflight
+            for t in trials
+        )
 
     def _beat(self) -> None:
         now = self.backend.now()
@@ -232,7 +258,7 @@ class StudyLoop:
                 self.study.enqueue_trial(
                     params, user_attrs={TrialAttr.ROLE: "candidate"}, skip_if_exists=False
                 )
-            trial = self.study.ask()
+            trial = ask(self.study)
             if self._heartbeat:
                 self._storage.record_heartbeat(trial._trial_id)
             trial.set_user_attr(TrialAttr.DRIVER, self._driver)

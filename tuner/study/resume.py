@@ -25,6 +25,7 @@ import os
 import socket
 import warnings
 from collections.abc import Iterable
+from datetime import datetime
 from typing import Any, Final
 
 import optuna
@@ -39,6 +40,7 @@ __all__ = [
     "HEARTBEAT_INTERVAL_S",
     "MAX_RETRY",
     "RequeueOnce",
+    "ask",
     "budget_target",
     "counted",
     "ensure_baseline",
@@ -102,6 +104,17 @@ def heartbeat_storage(url: str) -> optuna.storages.RDBStorage:
             grace_period=GRACE_PERIOD_S,
             heartbeat_stale_trial_callback=RequeueOnce(),
         )
+
+
+def ask(study: optuna.Study) -> optuna.Trial:
+    """`study.ask()` on a heartbeat storage; the caller records the heartbeats itself.
+
+    Optuna expects heartbeats with `Study.optimize`, whose thread beats for one trial; tuner's
+    driver runs several trials at once through ask/tell and beats for each of them.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
+        return study.ask()
 
 
 def _alive(pid: int) -> bool:
@@ -196,16 +209,25 @@ def sweep(study: optuna.Study, store: Store | None) -> None:
                 store.delete_trial(study.study_name, t.number)
 
 
+def _dead(t: FrozenTrial, me: dict[str, Any]) -> bool:
+    """A RUNNING trial whose driver is known to be gone without waiting for its heartbeat."""
+    holder = t.user_attrs.get(TrialAttr.DRIVER)
+    if not holder:
+        # Killed between `ask` and its first heartbeat: nothing will ever beat for it.
+        started = t.datetime_start or datetime.now()
+        return (datetime.now() - started).total_seconds() > GRACE_PERIOD_S
+    pid = holder.get("pid")
+    if holder.get("host") != me["host"] or not isinstance(pid, int) or pid == me["pid"]:
+        return False
+    return not _alive(pid)
+
+
 def recover(study: optuna.Study, store: Store | None) -> list[int]:
     """Fail and re-queue trials of dead drivers; returns the numbers recovered."""
     me = this_driver()
     recovered = []
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        holder = t.user_attrs.get(TrialAttr.DRIVER) or {}
-        pid = holder.get("pid")
-        if holder.get("host") != me["host"] or not isinstance(pid, int) or pid == me["pid"]:
-            continue
-        if not _alive(pid) and mark_interrupted(
+        if _dead(t, me) and mark_interrupted(
             study, t.number, "the driver stopped before this trial finished; re-queued"
         ):
             recovered.append(t.number)

@@ -16,6 +16,14 @@ Mamba-block failure needs a GPU). Behaviour is chosen by environment variables:
 - `FAKE_VLLM_SPEC=1`: count speculative drafts, as a server with a speculative config would.
 - `FAKE_VLLM_TOKEN_DELAY_S` (default 0): seconds per output token before answering (a slow
   server, for pruning tests).
+- `FAKE_VLLM_SPEC_SPEEDUP` (default 1): a server started with `--speculative-config` divides
+  that delay by this (a speculative config that is faster).
+- `FAKE_VLLM_CHANGE_OUTPUTS=1`: a server started with `--speculative-config` answers greedy
+  requests differently after the first word, as a lossy speculative config would (the
+  correctness probe must flag it).
+
+Non-streaming answers carry `token_ids` when the request sets `return_token_ids` (vLLM's
+field): one stable id per word.
 
 Answers are words ("tok0 tok1 ..."): with `max_tokens` and `ignore_eos` exactly `max_tokens`
 of them, else a short fixed reply. Token counts are characters / 4 for prompts and one per word
@@ -98,6 +106,10 @@ class _State:
         self.args = args
         self.kv_tokens = int(os.environ.get("FAKE_VLLM_KV_TOKENS", "12345"))
         self.spec = bool(args.speculative_config) or os.environ.get("FAKE_VLLM_SPEC") == "1"
+        speculative = bool(args.speculative_config)
+        self.changes_outputs = speculative and os.environ.get("FAKE_VLLM_CHANGE_OUTPUTS") == "1"
+        speedup = float(os.environ.get("FAKE_VLLM_SPEC_SPEEDUP", "1")) if speculative else 1.0
+        self.token_delay_s = float(os.environ.get("FAKE_VLLM_TOKEN_DELAY_S", "0")) / speedup
         self.counters = _Counters()
         self.seen_prompts: list[str] = []
         self.seen_lock = threading.Lock()
@@ -223,6 +235,10 @@ def _make_handler(state: _State) -> type[BaseHTTPRequestHandler]:
 
         def _chat(self, body: dict[str, Any]) -> None:
             prompt = _prompt_text(body)
+            # FAKE_VLLM_DIE_IN_PLAIN_BENCHMARK=1: the engine dies at the plain benchmark's first
+            # request (its system message is "Request <hex>."), after the agent workload.
+            if os.environ.get("FAKE_VLLM_DIE_IN_PLAIN_BENCHMARK") and prompt.startswith("Request "):
+                os._exit(1)
             prompt_tokens = max(1, len(prompt) // 4)
             cached = min(state.cached_tokens(prompt), prompt_tokens)
             max_tokens = body.get("max_tokens") or body.get("max_completion_tokens")
@@ -230,12 +246,14 @@ def _make_handler(state: _State) -> type[BaseHTTPRequestHandler]:
                 words = [f"tok{i}" for i in range(int(max_tokens))]
             else:
                 words = FIXED_REPLY.split()
+                if state.changes_outputs:
+                    words = words[:1] + [f"changed{i}" for i in range(len(words) - 1)]
                 if max_tokens:
                     words = words[: int(max_tokens)]
             completion_tokens = len(words)
             # A slow "GPU": each request takes this long per output token (whole-request delay
             # keeps the fake simple; tests use it to make one server clearly lose).
-            time.sleep(completion_tokens * float(os.environ.get("FAKE_VLLM_TOKEN_DELAY_S", "0")))
+            time.sleep(completion_tokens * state.token_delay_s)
             drafts = completion_tokens if state.spec else 0
             state.counters.add(
                 prompt_tokens=prompt_tokens,
@@ -266,6 +284,8 @@ def _make_handler(state: _State) -> type[BaseHTTPRequestHandler]:
                 "message": {"role": "assistant", "content": text, "tool_calls": []},
                 "finish_reason": "length" if body.get("ignore_eos") else "stop",
             }
+            if body.get("return_token_ids"):
+                choice["token_ids"] = [_word_id(w) for w in words]
             self._json(
                 200, {**common, "object": "chat.completion", "choices": [choice], "usage": usage}
             )
@@ -299,6 +319,11 @@ def _make_handler(state: _State) -> type[BaseHTTPRequestHandler]:
             self.wfile.flush()
 
     return Handler
+
+
+def _word_id(word: str) -> int:
+    # Stable across processes (str hash is salted per process).
+    return sum((i + 1) * ord(c) for i, c in enumerate(word)) % 49152
 
 
 def _fail(text: str) -> int:
