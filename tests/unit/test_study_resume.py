@@ -100,7 +100,7 @@ def test_a_kill_between_fail_and_requeue_is_repaired_and_untold_rows_are_deleted
     store.save_trial("s", n, TrialMeasurements((start,), None, ()))  # stored, never told
     study.tell(n, state=TrialState.FAIL)  # the FAIL of Optuna's stale check; then the kill
     assert recover(study, store) == []
-    old, new = study.get_trials()
+    _, new = study.get_trials()
     assert new.state == TrialState.WAITING and new.user_attrs[TrialAttr.REQUEUED_FROM] == n
     assert store.trial_numbers("s") == []
     store.close()
