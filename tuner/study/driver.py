@@ -39,6 +39,7 @@ from tuner.study.attrs import StudyAttr, TrialAttr
 from tuner.study.display import SlotView, StudyDisplay
 from tuner.study.evaluate import ThroughputPlan, TrialRequest
 from tuner.study.loop import LoopOutcome, LoopSettings, RequestFactory, StudyLoop
+from tuner.study.preflight import preflight
 from tuner.study.resume import counted, heartbeat_storage
 from tuner.study.roles import enqueue_run, is_sampled
 from tuner.study.space import Preset
@@ -228,6 +229,7 @@ def _run(preset: Preset, options: OptimizeOptions, *, budgeted: bool) -> StudySu
 
     # The live display and the summary say what Optuna's per-trial INFO lines would.
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    preset, start = preflight(preset, cache_dir=options.cache_dir)  # vLLM's knobs, sizing
     model_path = _model_path(preset, options.cache_dir)
     joined = options.ray_address is not None and not ray.is_initialized()
     ray_tmp = _start_ray(options.ray_address)
@@ -238,6 +240,7 @@ def _run(preset: Preset, options: OptimizeOptions, *, budgeted: bool) -> StudySu
         store = Store(options.storage_url)
         store.engine  # migrate tuner's tables before Optuna touches the database  # noqa: B018
         study = open_study(preset, options)
+        start.record(study)
         reap_orphans(options.cache_dir / "run")
         gpus = 0 if preset.gpu.cpu else preset.gpu.tensor_parallel_size
         backend = RayBackend(slots=preset.gpu.slots, gpus_per_slot=gpus)

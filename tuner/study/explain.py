@@ -22,7 +22,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner.errors import StudyError
 from tuner.storage import Store
-from tuner.study.attrs import TrialAttr
+from tuner.study.attrs import StudyAttr, TrialAttr
 
 __all__ = [
     "Attribution",
@@ -208,8 +208,12 @@ def plan_controls(
             "kv_cut", params, overrides, _reuse(study, candidate, "kv_cut", params, overrides)
         )
     )
-    if candidate.params["method"] in EAGLE_STYLE and not candidate.params.get(
-        "disable_eagle_block_drop"
+    # A vLLM without the knob (0.26) would reject the control: never plan it there.
+    lacks = study.user_attrs.get(StudyAttr.VLLM_LACKS) or []
+    if (
+        candidate.params["method"] in EAGLE_STYLE
+        and not candidate.params.get("disable_eagle_block_drop")
+        and "disable_eagle_block_drop" not in lacks
     ):
         keep = dict(candidate.params)
         over: dict[str, Any] = {"speculative": {"disable_eagle_block_drop": True}}
