@@ -11,6 +11,7 @@ from optuna.trial import TrialState
 from tests.e2e.conftest import N_TRIALS, CpuStudy, run_optimize
 from tuner.storage import Store
 from tuner.study.attrs import TrialAttr
+from tuner.study.roles import counts_toward_budget
 
 pytestmark = pytest.mark.vllm
 
@@ -18,19 +19,16 @@ pytestmark = pytest.mark.vllm
 def _check_study(url: str, name: str, n_trials: int) -> list[optuna.trial.FrozenTrial]:
     study = optuna.load_study(study_name=name, storage=url)
     # `tuner explain` may have added control trials to the shared study; they are not budget.
-    trials = [t for t in study.trials if t.user_attrs.get(TrialAttr.ROLE) != "control"]
-    assert len(trials) == n_trials
+    trials = [t for t in study.trials if counts_toward_budget(t)]
+    assert len(trials) == n_trials, [(t.number, t.state, t.user_attrs) for t in study.trials]
+    assert not [t for t in study.trials if t.user_attrs.get(TrialAttr.DUPLICATE_OF) is not None]
     assert trials[0].params["method"] == "none"
     assert trials[0].user_attrs[TrialAttr.ROLE] == "baseline"
+    assert len({tuple(sorted(t.params.items())) for t in trials}) == n_trials  # no repeat
     store = Store(url)
     try:
-        measured = 0
         for t in trials:
             assert t.state in (TrialState.COMPLETE, TrialState.PRUNED), t.user_attrs
-            if TrialAttr.DUPLICATE_OF in t.user_attrs:  # repeated params: pruned, not re-run
-                assert store.server_starts(name, t.number) == []
-                continue
-            measured += 1
             (start,) = store.server_starts(name, t.number)
             kv = start.record.facts.kv_cache_tokens
             assert kv is not None and kv > 8192
@@ -45,7 +43,6 @@ def _check_study(url: str, name: str, n_trials: int) -> list[optuna.trial.Frozen
                 assert w.spec_drafts and w.spec_drafts > 0
             if t.state == TrialState.COMPLETE:
                 assert t.value == pytest.approx(w.tasks_per_hour)
-        assert measured >= n_trials - 1
     finally:
         store.close()
     return trials
@@ -57,15 +54,21 @@ def test_cpu_study_finishes_with_measurements(cpu_study: CpuStudy) -> None:
     assert f"study {cpu_study.study_name}" in cpu_study.output
 
 
-def test_same_command_resumes_instead_of_starting_over(cpu_study: CpuStudy) -> None:
-    before = optuna.load_study(study_name=cpu_study.study_name, storage=cpu_study.storage_url)
-    values = [t.value for t in before.trials]
+def test_the_same_command_again_adds_new_trials_and_repeats_none(cpu_study: CpuStudy) -> None:
+    def measured() -> list[optuna.trial.FrozenTrial]:
+        study = optuna.load_study(study_name=cpu_study.study_name, storage=cpu_study.storage_url)
+        return [t for t in study.trials if counts_toward_budget(t)]
+
+    before = measured()
+    # One more trial (a real server start) is enough to see "adds N, repeats none".
     proc = run_optimize(
-        cpu_study.storage_url, cpu_study.study_name, cpu_study.cache_dir, N_TRIALS, "--seed", "3"
+        cpu_study.storage_url, cpu_study.study_name, cpu_study.cache_dir, 1, "--seed", "3"
     )
     assert proc.returncode == 0, proc.stderr
-    after = optuna.load_study(study_name=cpu_study.study_name, storage=cpu_study.storage_url)
-    assert [t.value for t in after.trials] == values  # nothing re-run, nothing added
+    after = measured()
+    assert [t.value for t in after[: len(before)]] == [t.value for t in before]  # kept as was
+    (new,) = after[len(before) :]
+    assert new.params not in [t.params for t in before]
 
 
 @pytest.mark.postgres

@@ -6,6 +6,7 @@ cache-block failure (it needs CUDA graphs; the fake prints vLLM's exact message)
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Iterator
@@ -187,3 +188,25 @@ def test_a_second_run_adds_its_trials_and_repeats_none(fake_ray: None, tmp_path:
     assert [t.state for t in study.trials] == [TrialState.COMPLETE] * 6
     keys = {tuple(sorted(t.params.items())) for t in study.trials}
     assert len(keys) == 6
+
+
+def test_a_traces_file_shorter_than_tasks_scores_what_it_played(
+    fake_ray: None, tmp_path: Path
+) -> None:
+    conversation = [
+        {"role": "system", "content": "You are an agent."},
+        {"role": "user", "content": "Find SKU-1."},
+        {"role": "assistant", "content": "SKU-1 has 4 on hand."},
+    ]
+    traces = tmp_path / "traces.jsonl"
+    traces.write_text("\n".join(json.dumps(conversation) for _ in range(3)) + "\n")
+    preset = _preset()
+    workload = preset.workload.model_copy(update={"traces": str(traces)})
+    optimize(preset.model_copy(update={"workload": workload}), _options(tmp_path, 1))
+    study = optuna.load_study(study_name="fake", storage=_options(tmp_path, 1).storage_url)
+    (trial,) = study.trials
+    assert trial.state == TrialState.COMPLETE  # 3 of "6" played is the whole file, not a prune
+    store = Store(_options(tmp_path, 1).storage_url)
+    (run,) = store.workload_runs("fake", 0)
+    store.close()
+    assert run.record.tasks == 3

@@ -1,0 +1,104 @@
+"""Two `tuner optimize` drivers on one Postgres study: N trials together, none run twice.
+
+Each driver is a real process with its own local Ray (which also checks that two studies run
+side by side on one machine); trials start the fake vLLM (`tuner.testing.fake_vllm`, a named
+fake) because two real CPU servers at once would not fit this machine.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+from optuna.trial import TrialState
+
+from tuner.storage import Store
+from tuner.study.attrs import TrialAttr
+from tuner.study.roles import counts_toward_budget
+
+pytestmark = [pytest.mark.ray, pytest.mark.postgres]
+
+N_TRIALS = 6
+
+PRESET = {
+    "model": {
+        "name": "fake",
+        "checkpoint": "fake/model",
+        "served_name": "fake",
+        "max_model_len": 8192,
+        "server_env": {"FAKE_VLLM_STARTUP_S": "1.0", "FAKE_VLLM_TOKEN_DELAY_S": "0.02"},
+    },
+    "gpu": {"name": "cpu", "cpu": True},
+    "space": {
+        "methods": ["none", "ngram"],
+        "max_num_seqs": [4, 8],
+        "kv_cache_memory_bytes": [300000000, 2000000000],
+    },
+    "workload": {
+        "mode": "replay",
+        "tasks": 4,
+        "agents": 2,
+        "warmup_tasks": 0,
+        "tool_protocol": "text",
+        "tool_latency_s": 0.05,
+        "shape": {
+            "shared_prefix_tokens": 300,
+            "steps_min": 3,
+            "steps_max": 4,
+            "max_context_tokens": 2048,
+            "tool_output_median_tokens": 20,
+            "tool_output_p90_tokens": 40,
+            "call_turn_min_tokens": 8,
+            "call_turn_max_tokens": 16,
+            "plan_turn_min_tokens": 16,
+            "plan_turn_max_tokens": 32,
+        },
+    },
+    "throughput_streams": [1],
+    "throughput_requests": 2,
+    "throughput_output_tokens": 8,
+}
+
+
+def test_two_drivers_share_one_study(postgres_url: str, tmp_path: Path) -> None:
+    space = tmp_path / "fake.yaml"
+    space.write_text(yaml.safe_dump(PRESET))
+    env = {
+        **os.environ,
+        "TUNER_VLLM_COMMAND": f"{sys.executable} -m tuner.testing.fake_vllm",
+        "TUNER_CACHE_DIR": str(tmp_path / "cache"),
+    }
+    argv = [
+        sys.executable, "-m", "tuner.cli", "optimize", "--space", str(space), "--storage",
+        postgres_url, "--study", "shared", "--n-trials", str(N_TRIALS),
+    ]  # fmt: skip
+    drivers = [
+        subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for _ in range(2)
+    ]
+    outputs = [d.communicate(timeout=600)[0] for d in drivers]
+    assert [d.returncode for d in drivers] == [0, 0], outputs
+
+    study = optuna.load_study(study_name="shared", storage=postgres_url)
+    trials = study.get_trials()
+    assert not [t for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
+    measured = [t for t in trials if counts_toward_budget(t)]
+    assert len(measured) == N_TRIALS, [(t.number, t.state, t.user_attrs) for t in trials]
+    # Both drivers ran trials, and no config was measured twice.
+    drivers_seen = Counter(t.user_attrs[TrialAttr.DRIVER]["pid"] for t in measured)
+    assert len(drivers_seen) == 2, drivers_seen
+    keys = Counter(tuple(sorted(t.params.items())) for t in measured)
+    assert max(keys.values()) == 1, keys
+    store = Store(postgres_url)
+    try:
+        numbers = store.trial_numbers("shared")
+        assert sorted(numbers) == sorted(t.number for t in measured)
+        assert all(len(store.workload_runs("shared", t.number)) == 1 for t in measured)
+    finally:
+        store.close()
