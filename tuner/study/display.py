@@ -10,7 +10,9 @@ from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-__all__ = ["SlotView", "StudyDisplay", "describe_params"]
+from tuner.study.attrs import TrialAttr
+
+__all__ = ["SlotView", "StudyDisplay", "describe_params", "describe_trial", "ran_params"]
 
 
 def describe_params(params: dict[str, Any]) -> str:
@@ -30,6 +32,20 @@ def describe_params(params: dict[str, Any]) -> str:
     if params.get("disable_eagle_block_drop"):
         parts.append("keep-block")
     return " ".join(parts)
+
+
+def ran_params(params: dict[str, Any], user_attrs: dict[str, Any]) -> dict[str, Any]:
+    """The params of the server that actually ran (max_num_seqs after a Mamba clamp)."""
+    clamped = user_attrs.get(TrialAttr.MAX_NUM_SEQS_CLAMPED)
+    return {**params, "max_num_seqs": clamped} if clamped is not None else dict(params)
+
+
+def describe_trial(params: dict[str, Any], user_attrs: dict[str, Any]) -> str:
+    """`describe_params` of what ran, saying when max_num_seqs was clamped from the asked value."""
+    label = describe_params(ran_params(params, user_attrs))
+    if user_attrs.get(TrialAttr.MAX_NUM_SEQS_CLAMPED) is not None:
+        label += f" (max_num_seqs clamped from {params.get('max_num_seqs')})"
+    return label
 
 
 @dataclass

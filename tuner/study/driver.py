@@ -36,7 +36,7 @@ from tuner.models import MODEL_NAMES, prepare
 from tuner.server import ServerSpec, reap_orphans
 from tuner.storage import Store, normalize_url
 from tuner.study.attrs import StudyAttr, TrialAttr
-from tuner.study.display import SlotView, StudyDisplay
+from tuner.study.display import SlotView, StudyDisplay, ran_params
 from tuner.study.evaluate import ThroughputPlan, TrialRequest
 from tuner.study.loop import LoopOutcome, LoopSettings, RequestFactory, StudyLoop
 from tuner.study.preflight import preflight
@@ -327,7 +327,8 @@ def _summary(study: optuna.Study, outcome: LoopOutcome) -> StudySummary:
         states=states,
         best_number=best.number if best else None,
         best_value=best.value if best else None,
-        best_params=dict(best.params) if best else {},
+        # What the server ran: a Mamba clamp shows as the max_num_seqs it served with.
+        best_params=ran_params(dict(best.params), best.user_attrs) if best else {},
         recovered=outcome.recovered,
         target=outcome.target,
         note=_note(outcome, done),

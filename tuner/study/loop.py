@@ -32,7 +32,7 @@ from optuna.trial import FrozenTrial, TrialState
 from tuner.storage import Store
 from tuner.study.attrs import TrialAttr
 from tuner.study.backend import Finished, TrialBackend
-from tuner.study.display import SlotView, StudyDisplay, describe_params
+from tuner.study.display import SlotView, StudyDisplay, describe_params, describe_trial
 from tuner.study.evaluate import TrialRequest
 from tuner.study.pruning import PruneRule, RunningRate
 from tuner.study.recording import record_result
@@ -375,4 +375,5 @@ def _best_line(trials: list[FrozenTrial]) -> str:
     if not feasible:
         return "-"
     best = max(feasible, key=lambda t: t.value or 0.0)
-    return f"trial {best.number}: {best.value:.1f} tasks/h ({describe_params(best.params)})"
+    label = describe_trial(best.params, best.user_attrs)
+    return f"trial {best.number}: {best.value:.1f} tasks/h ({label})"
