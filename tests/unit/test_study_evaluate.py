@@ -7,7 +7,7 @@ failure vLLM's message gives (`tuner.server.failures`), with the numbers in its 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -23,8 +23,8 @@ from tuner.study.space import load_preset
 class _MambaLauncher:
     """Every start fails with 'max_num_seqs (N) exceeds available Mamba cache blocks (M)'."""
 
-    available: list[int] = []
-    launched: list[int | None] = []
+    available: ClassVar[list[int]] = []
+    launched: ClassVar[list[int | None]] = []
 
     def __init__(self, **_: Any) -> None:
         pass
