@@ -14,9 +14,9 @@ The rule (`PruneRule.should_prune`), checked each time a running candidate finis
 Why this rule: a pruned trial is never exported, so pruning a config that would have won
 loses the answer, while running a loser to the end costs one trial's time. Comparing with the
 baseline (always measured first) rather than a percentile of earlier candidates means a
-candidate a few percent under the baseline is never stopped: with 12 tasks the bound is about
-1.7x the observed rate at the end and 2.4x after 4 tasks, so only clearly losing configs
-(roughly under 60% of the baseline's rate) are stopped. The sample-efficiency benchmark
+candidate a few percent under the baseline is never stopped: with 12 tasks the bound is 2.6x
+the observed rate after 4 tasks and 1.8x after 11, so only clearly losing configs (under about
+40% of the baseline's rate early, 55% late) are stopped. The sample-efficiency benchmark
 (benchmarks/sample_efficiency.py) measures how much time this saves and what it risks.
 
 Controls, confirmations and the baseline itself are never pruned (the driver asks this rule
