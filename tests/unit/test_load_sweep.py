@@ -25,9 +25,9 @@ from tuner.results.load import (
     load_sentences,
     load_table_rows,
     sweep_from_attrs,
-    sweep_png,
     winner_at,
 )
+from tuner.results.load_plot import sweep_png
 from tuner.study.sweep import choose_finalists
 
 TASKS = 6
@@ -232,3 +232,21 @@ def test_no_baseline_no_sweep() -> None:
     trials = [_trial(1, 150, D2, role="candidate")]
     with pytest.raises(StudyError, match="no finished baseline"):
         choose_finalists(trials, top=2)
+
+
+def test_the_report_carries_the_sweep() -> None:
+    from tuner.results.loading import StudyResults
+    from tuner.results.plots import render_plots
+    from tuner.results.report import report_tables, summary_lines
+
+    results = StudyResults("s", "sqlite:///x", "m", "cpu", (), "replay", sweep(BASE, NGRAM3))
+    table = report_tables(results)[-1]
+    assert table.title == "Load sweep (tuner sweep)"
+    assert table.column("config") == ["#0 no speculation", "#3 n-gram depth 3"]
+    lines = summary_lines(results)
+    assert "Load: n-gram depth 3 wins up to 2 agents, the baseline from 4" in lines
+    assert (
+        "Load: depth schedule from the sweep (on #3's server): "
+        "batch 1-2: depth 3, batch 3-8: depth 0" in lines
+    )
+    assert render_plots(results)["load_sweep.png"].startswith(b"\x89PNG")

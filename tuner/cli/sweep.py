@@ -80,7 +80,7 @@ def sweep_cmd(
     sweep = run_sweep(options, on_state=progress)
     print_sweep(sweep)
     if out is not None:
-        from tuner.results.load import sweep_png
+        from tuner.results.load_plot import sweep_png
 
         out.mkdir(parents=True, exist_ok=True)
         (out / "load-sweep.json").write_text(json.dumps(sweep.to_json(), indent=1) + "\n")
@@ -88,15 +88,29 @@ def sweep_cmd(
         console.print(f"wrote {out / 'load-sweep.png'}", markup=False, highlight=False)
 
 
+def sweep_after_optimize(
+    storage_url: str, cache_dir: Path, study_name: str, agents: tuple[int, ...]
+) -> None:
+    """The sweep `tuner optimize` runs at its end when the preset sets `load_sweep`."""
+    from tuner.study.sweep import SweepOptions, run_sweep
+
+    console.print(f"load sweep of the finalists at {', '.join(map(str, agents))} agents")
+    options = SweepOptions(
+        storage_url=storage_url, cache_dir=cache_dir, study_name=study_name, agents=agents
+    )
+    print_sweep(
+        run_sweep(
+            options,
+            on_state=lambda line: console_err.print(
+                line, markup=False, highlight=False, soft_wrap=True
+            ),
+        )
+    )
+
+
 def print_sweep(sweep: object) -> None:
     """The sweep table, the crossover, the answer per load and the schedule's command."""
-    from tuner.results.load import (
-        LoadSweep,
-        crossover_sentence,
-        derive_schedule,
-        load_sentences,
-        load_table_rows,
-    )
+    from tuner.results.load import LoadSweep, load_lines, load_table_rows
 
     assert isinstance(sweep, LoadSweep)
     columns, rows = load_table_rows(sweep)
@@ -106,20 +120,5 @@ def print_sweep(sweep: object) -> None:
     for row in rows:
         table.add_row(*(Text(cell) for cell in row))
     console.print(table)
-    for line in [crossover_sentence(sweep), *load_sentences(sweep)]:
-        if line:
-            console.print(line, markup=False, highlight=False, soft_wrap=True)
-    derived = derive_schedule(sweep)
-    if derived is not None:
-        host, ranges = derived
-        console.print(
-            f"depth schedule derived from the sweep, on {host.key}'s server: "
-            + ", ".join(f"batch {a}-{b}: depth {d}" for a, b, d in ranges),
-            markup=False,
-            highlight=False,
-            soft_wrap=True,
-        )
-    swept = next((c for c in sweep.configs if c.schedule is not None and c.points), None)
-    if swept is not None:
-        console.print("schedule measured; to run it:", markup=False, highlight=False)
-        console.print(swept.serve_command, markup=False, highlight=False, soft_wrap=True)
+    for line in load_lines(sweep):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)

@@ -29,12 +29,11 @@ __all__ = [
     "SweptConfig",
     "crossover_sentence",
     "derive_schedule",
+    "load_lines",
     "load_sentences",
     "load_table_rows",
     "paired_at",
     "sweep_from_attrs",
-    "sweep_png",
-    "sweep_series",
     "winner_at",
 ]
 
@@ -258,12 +257,12 @@ def derive_schedule(
     """A per-batch-size depth schedule from the sweep, for one speculative finalist's server.
 
         At each load the depth is the static depth of the export-rule winner among the baseline
-        and the speculative finalists of the same method (0 where the baseline wins). The batch
-        sizes between two measured loads take the higher load's depth (the cautious side when
-        depth falls with load); the last range runs to `max_num_seqs` (default: the host server's,
-    else the largest load; vLLM carries the last depth on beyond it anyway). Returns the finalist whose
-        server the schedule runs on (the deepest speculative winner) and the schedule, or None when
-        one static depth wins everywhere (no schedule needed).
+    and the speculative finalists of the same method (0 where the baseline wins). The batch
+    sizes between two measured loads take the higher load's depth (the cautious side when
+    depth falls with load); the last range runs to `max_num_seqs` (default: the host server's,
+    else the largest load; vLLM carries the last depth on beyond it). Returns the finalist
+    whose server the schedule runs on (the deepest speculative winner) and the schedule, or
+    None when one static depth wins everywhere (no schedule needed).
     """
     if sweep.baseline is None:
         return None
@@ -288,6 +287,22 @@ def derive_schedule(
             ranges.append((start, end, depth))
         start = end + 1
     return host, tuple(ranges)
+
+
+def load_lines(sweep: LoadSweep) -> list[str]:
+    """What the report says about load: crossover, the answer per load, the schedule."""
+    lines = [line for line in (crossover_sentence(sweep), *load_sentences(sweep)) if line]
+    derived = derive_schedule(sweep)
+    if derived is not None:
+        host, ranges = derived
+        lines.append(
+            f"depth schedule from the sweep (on {host.key}'s server): "
+            + ", ".join(f"batch {a}-{b}: depth {d}" for a, b, d in ranges)
+        )
+    swept = next((c for c in sweep.configs if c.schedule is not None and c.points), None)
+    if swept is not None:
+        lines.append(f"schedule measured as {swept.key}; run it with: {swept.serve_command}")
+    return lines
 
 
 def _fmt_point(p: LoadPoint | None) -> str:
@@ -320,67 +335,7 @@ def load_table_rows(sweep: LoadSweep) -> tuple[tuple[str, ...], tuple[tuple[str,
     return columns, tuple(rows)
 
 
-def sweep_series(
-    sweep: LoadSweep,
-) -> list[tuple[str, list[int], list[float], list[float], list[float], list[float]]]:
-    """Per config: label, agents, tasks/h, its low and high bound, task p50 latency (s)."""
-    out = []
-    for c in sweep.configs:
-        pts = [p for p in c.points if p.latency_p50_s is not None]
-        if not pts:
-            continue
-        out.append(
-            (
-                f"{c.key} {c.label}",
-                [p.agents for p in pts],
-                [p.tasks_per_hour for p in pts],
-                [p.tasks_per_hour_low for p in pts],
-                [p.tasks_per_hour_high for p in pts],
-                [float(p.latency_p50_s or 0.0) for p in pts],
-            )
-        )
-    return out
-
-
 def sweep_from_attrs(attrs: Mapping[str, Any]) -> LoadSweep | None:
     """The study's stored sweep, or None when no sweep ran."""
     data = attrs.get(SWEEP_ATTR)
     return LoadSweep.from_json(data) if isinstance(data, Mapping) else None
-
-
-def draw_sweep(sweep: LoadSweep) -> Any:
-    """Two panels against agents: successful tasks/h with intervals, and task p50 latency."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(10.0, 4.0))
-    FigureCanvasAgg(fig)
-    left, right = fig.subplots(1, 2)
-    for label, agents, tph, low, high, latency in sweep_series(sweep):
-        err = [
-            [t - lo for t, lo in zip(tph, low, strict=True)],
-            [h - t for t, h in zip(tph, high, strict=True)],
-        ]
-        left.errorbar(agents, tph, yerr=err, marker="o", capsize=3, label=label)
-        right.plot(agents, latency, marker="o", label=label)
-    for ax, title in (
-        (left, "successful tasks/h (95% interval)"),
-        (right, "per-task latency, p50 (s)"),
-    ):
-        ax.set_title(title)
-        ax.set_xlabel("agents")
-        ax.set_xticks(list(sweep.agents))
-        ax.grid(alpha=0.3)
-    left.legend(fontsize="small")
-    fig.suptitle(f"load sweep ({sweep.mode}, {sweep.tasks} tasks per load)")
-    fig.tight_layout()
-    return fig
-
-
-def sweep_png(sweep: LoadSweep) -> bytes:
-    """The sweep plot as PNG bytes."""
-    import io
-
-    buf = io.BytesIO()
-    draw_sweep(sweep).savefig(buf, format="png", dpi=110)
-    return buf.getvalue()

@@ -20,6 +20,7 @@ from optuna.trial import FrozenTrial, TrialState
 from tuner.errors import StudyError
 from tuner.metrics import RunOutcomes
 from tuner.records import ServerStartRecord, ThroughputRecord, WorkloadRecord
+from tuner.results.load import LoadSweep, sweep_from_attrs
 from tuner.storage import Store, masked, normalize_url, open_engine
 from tuner.study.attrs import StudyAttr, TrialAttr
 from tuner.workload.probe import ProbeResult
@@ -167,6 +168,7 @@ class StudyResults:
     gpu: str | None
     trials: tuple[TrialRow, ...]
     mode: str | None = None  # "replay" | "live" | "traces"; None: not recorded
+    sweep: LoadSweep | None = None  # `tuner sweep`'s stored load sweep, if it ran
 
     @property
     def mode_note(self) -> str | None:
@@ -285,6 +287,7 @@ def load_results(url: str, study: str | None = None) -> StudyResults:
         gpu=_opt_str(study_attrs.get(StudyAttr.GPU)),
         trials=tuple(sorted(rows, key=lambda r: r.number)),
         mode=_mode(study_attrs, rows),
+        sweep=sweep_from_attrs(study_attrs),
     )
 
 

@@ -10,12 +10,14 @@ from __future__ import annotations
 import io
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from tuner.results.load_plot import draw_sweep
 from tuner.results.loading import REUSE_CLASSES, StudyResults, TrialRow
 
 __all__ = [
@@ -266,6 +268,7 @@ def _plots(results: StudyResults) -> dict[str, Callable[[], Figure] | None]:
         "acceptance_by_position.png": (lambda: draw_acceptance(acc)) if acc else None,
         "reuse_classes.png": (lambda: draw_reuse(reuse)) if reuse.labels else None,
         "history.png": (lambda: draw_history(hist)) if hist.numbers else None,
+        "load_sweep.png": partial(draw_sweep, results.sweep) if results.sweep else None,
     }
 
 
@@ -275,6 +278,7 @@ PLOT_FILES = (
     "acceptance_by_position.png",
     "reuse_classes.png",
     "history.png",
+    "load_sweep.png",
 )
 
 

@@ -15,6 +15,7 @@ from rich.text import Text
 from tuner.errors import StudyError
 from tuner.results.decision import Verdict, judge_study
 from tuner.results.export import choose_export
+from tuner.results.load import load_lines, load_table_rows
 from tuner.results.loading import REUSE_CLASSES, StudyResults, TrialRow
 from tuner.study.explain import attribute
 
@@ -254,6 +255,9 @@ def report_tables(results: StudyResults) -> list[ReportTable]:
     if not_run.rows:
         tables.append(not_run)
     tables += [table for table, _ in why_tables(results)]
+    if results.sweep is not None:  # `tuner sweep`: the finalists against the number of agents
+        columns, rows = load_table_rows(results.sweep)
+        tables.append(ReportTable("Load sweep (tuner sweep)", columns, rows))
     return tables
 
 
@@ -293,6 +297,7 @@ def summary_lines(results: StudyResults) -> list[str]:
         if v.changes_outputs:
             lines.append(f"#{v.trial.number} changes outputs, never exported: {v.correctness()}")
     lines += [f"Why {sentence}" for _, sentence in why_tables(results)]
+    lines += [f"Load: {line}" for line in load_lines(results.sweep)] if results.sweep else []
     try:
         choice = choose_export(results)
     except StudyError as exc:
