@@ -30,6 +30,32 @@ def parse_agents(text: str | None) -> tuple[int, ...] | None:
     return tuple(sorted(set(out)))
 
 
+def parse_schedule(text: str | None) -> tuple[tuple[int, int, int], ...] | None:
+    """ "1-2:3,3-8:0" -> ((1, 2, 3), (3, 8, 0)), checked by vLLM's rules; ConfigError if not."""
+    if text is None:
+        return None
+    from tuner.server.knobs import check_depth_schedule
+
+    entries = []
+    for item in text.split(","):
+        batches, _, depth = item.strip().partition(":")
+        first, _, last = batches.partition("-")
+        try:
+            entries.append((int(first), int(last or first), int(depth)))
+        except ValueError:
+            raise ConfigError(
+                f"--schedule-given {text!r}: {item.strip()!r} is not FIRST-LAST:DEPTH; "
+                "give batch-size ranges and depths like 1-2:3,3-8:0"
+            ) from None
+    try:
+        schedule = check_depth_schedule(tuple(entries))
+    except ValueError as exc:
+        raise ConfigError(f"--schedule-given {text!r}: {exc}") from None
+    if max(depth for _, _, depth in schedule) < 1:
+        raise ConfigError(f"--schedule-given {text!r}: every depth is 0; that is the baseline")
+    return schedule
+
+
 @app.command("sweep")
 def sweep_cmd(
     study: Annotated[str, typer.Option("--study", help="The study whose finalists to sweep.")],
@@ -47,6 +73,13 @@ def sweep_cmd(
         bool,
         typer.Option("--schedule", help="Also run the depth schedule derived from the sweep."),
     ] = False,
+    schedule_given: Annotated[
+        str | None,
+        typer.Option(
+            "--schedule-given",
+            help="Sweep this depth schedule (FIRST-LAST:DEPTH,...) instead of the derived one.",
+        ),
+    ] = None,
     limit: Annotated[
         int | None,
         typer.Option("--limit", min=1, help="Measure at most N configs now; run again to resume."),
@@ -72,6 +105,7 @@ def sweep_cmd(
         tasks=tasks,
         limit=limit,
         schedule=schedule,
+        schedule_given=parse_schedule(schedule_given),
     )
 
     def progress(line: str) -> None:

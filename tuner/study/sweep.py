@@ -73,6 +73,9 @@ class SweepOptions:
     tasks: int | None = None  # scored tasks per load; None: the preset's
     limit: int | None = None  # measure at most this many configs in this call
     schedule: bool = False  # also sweep the schedule derived from the finalists' sweep
+    # A schedule of your own instead of the derived one, on the best speculative finalist's
+    # server (its largest depth becomes num_speculative_tokens).
+    schedule_given: tuple[tuple[int, int, int], ...] | None = None
 
 
 def _measured(t: FrozenTrial) -> bool:
@@ -128,15 +131,27 @@ def default_agents(preset: Preset) -> tuple[int, ...]:
     return tuple(sorted({*agents, preset.workload.agents}))
 
 
-def schedule_finalist(sweep: LoadSweep) -> Finalist | None:
-    """The depth schedule derived from a sweep as a config to sweep, or None (see
-    `tuner.results.load.derive_schedule`)."""
+def schedule_finalist(
+    sweep: LoadSweep, given: tuple[tuple[int, int, int], ...] | None = None
+) -> Finalist | None:
+    """A depth schedule as a config to sweep: `given` on the best speculative finalist's
+    server, else the one derived from the sweep (`tuner.results.load.derive_schedule`); None
+    when there is none."""
     from tuner.results.load import derive_schedule
 
-    derived = derive_schedule(sweep)
-    if derived is None:
-        return None
-    host, schedule = derived
+    if given is not None:
+        speculative = [c for c in sweep.configs if c.depth > 0 and c.points]
+        if not speculative:
+            raise StudyError("a depth schedule needs a speculative finalist in the sweep")
+        low = min(sweep.agents)
+        # A schedule speculates at small batches: the finalist best at the lowest load hosts it.
+        host = max(speculative, key=lambda c: (c.at(low) or c.points[0]).tasks_per_hour)
+        schedule = given
+    else:
+        derived = derive_schedule(sweep)
+        if derived is None:
+            return None
+        host, schedule = derived
     params = dict(host.params)
     params["num_speculative_tokens"] = max(depth for _, _, depth in schedule)
     return Finalist("schedule", host.trial_number, params, schedule=schedule)
@@ -304,9 +319,9 @@ def run_sweep(
         model_path = _model_path(preset, options.cache_dir)
         for round_ in ("finalists", "schedule"):
             if round_ == "schedule":
-                if not options.schedule:
+                if not options.schedule and options.schedule_given is None:
                     break
-                derived = schedule_finalist(sweep)
+                derived = schedule_finalist(sweep, options.schedule_given)
                 if derived is None:
                     on_state("no depth schedule: one static config wins at every load")
                     break
