@@ -250,3 +250,28 @@ def test_the_report_carries_the_sweep() -> None:
         "batch 1-2: depth 3, batch 3-8: depth 0" in lines
     )
     assert render_plots(results)["load_sweep.png"].startswith(b"\x89PNG")
+
+
+def test_a_schedule_runs_on_its_host_server_with_its_top_depth() -> None:
+    from tuner.study.space import load_preset
+    from tuner.study.sweep import _spec, schedule_finalist
+
+    derived = schedule_finalist(sweep(BASE, NGRAM3, NGRAM1))
+    assert derived is not None
+    assert (derived.key, derived.trial_number, derived.schedule) == (
+        "schedule",
+        3,
+        ((1, 2, 3), (3, 8, 1)),
+    )
+    # Given: hosted by the finalist best at 1 agent (depth 3: 720/h against depth 1's 480/h).
+    given = schedule_finalist(sweep(BASE, NGRAM1, NGRAM3), ((1, 1, 2), (2, 8, 0)))
+    assert given is not None and given.trial_number == 3
+    assert given.params["num_speculative_tokens"] == 2
+    preset = load_preset(model="smollm2-135m", gpu="cpu")
+    spec = _spec(preset, given, "/models/smollm2")
+    assert spec.speculative_config() == {
+        "method": "ngram",
+        "num_speculative_tokens": 2,
+        "num_speculative_tokens_per_batch_size": [[1, 1, 2], [2, 8, 0]],
+    }
+    assert spec.max_num_seqs == 8
