@@ -229,6 +229,8 @@ def _run(preset: Preset, options: OptimizeOptions, *, budgeted: bool) -> StudySu
 
     # The live display and the summary say what Optuna's per-trial INFO lines would.
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    if options.ray_address:  # a socket connect: seconds, before the slower checks below
+        _check_ray_address(options.ray_address)
     preset, start = preflight(preset, cache_dir=options.cache_dir)  # vLLM's knobs, sizing
     model_path = _model_path(preset, options.cache_dir)
     joined = options.ray_address is not None and not ray.is_initialized()
