@@ -17,6 +17,12 @@ Lifecycle of one `run()`:
    `tell` each result; beat the heartbeat of running trials.
 4. Stop when the target is met, the queue is empty (unbudgeted runs), the space is exhausted
    or the time is up, once nothing runs.
+
+A simulated study (what the sample-efficiency benchmark does, with its own backend):
+
+    study = optuna.create_study(direction="maximize")  # in memory, no tuner tables
+    make = request_factory(preset, model_path="recorded", cache_dir=Path("."))
+    StudyLoop(study, preset, backend, make, LoopSettings(n_trials=30, seed=seed)).run()
 """
 
 from __future__ import annotations
