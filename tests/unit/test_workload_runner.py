@@ -32,6 +32,21 @@ from tuner.workload.prompt import action_json
 BLOCK = 16
 URL = "http://fake:8000"
 
+# vLLM 0.32's refusal of a prompt longer than the context (vllm/renderers/params.py).
+VLLM_CONTEXT_MESSAGE = (
+    "This model's maximum context length is 2048 tokens. However, your prompt contains 2300 "
+    "input tokens, which exceeds this limit even without any output tokens. Please reduce the "
+    "length of the input prompt."
+)
+VLLM_CONTEXT_ERROR = {
+    "error": {
+        "message": VLLM_CONTEXT_MESSAGE,
+        "type": "BadRequestError",
+        "param": "input_tokens",
+        "code": 400,
+    }
+}
+
 
 class FakeChat:
     """A fake vLLM: streamed chat completions with usage and cached tokens, and counters."""
@@ -79,7 +94,7 @@ class FakeChat:
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
         if self.status != 200:
-            return httpx.Response(self.status, json={"message": "maximum context length is 10"})
+            return httpx.Response(self.status, json=VLLM_CONTEXT_ERROR)
         prompt = json.dumps(body["messages"])
         cached = self._cached(prompt)
         self.prompts.append(prompt)
@@ -211,7 +226,8 @@ def test_live_mode_returns_bad_actions_as_errors_and_stops_at_the_step_limit() -
     fake = FakeChat(lambda body: ('```json\n{"tool": "launch_rocket", "arguments": {}}\n```', []))
     record = _run(fake, settings)
     (task,) = record.task_records
-    assert task.failure_reason == "step_limit" and len(task.steps) == 3
+    assert task.failure_reason == "step_limit: 3 model calls without a final answer"
+    assert len(task.steps) == 3
     results = [m["content"] for m in fake.bodies[-1]["messages"] if m["role"] == "user"][1:]
     assert results and all("unknown tool 'launch_rocket'" in r for r in results)
 
@@ -233,13 +249,20 @@ def test_a_task_past_its_deadline_fails_and_keeps_its_steps() -> None:
     settings = _settings(tasks=1, warmup_tasks=0, agents=1, task_deadline_s=0.3)
     record = _run(FakeChat(delay_s=0.12), settings)
     (task,) = record.task_records
-    assert not task.success and task.failure_reason == "deadline"
+    assert not task.success
+    assert (
+        task.failure_reason
+        == f"deadline: not finished within 0.3 s ({len(task.steps)} model calls answered)"
+    )
     assert 1 <= len(task.steps) < len(build_task_set(settings)[0].steps)
 
 
 def test_a_refused_request_fails_the_task_as_context_overflow() -> None:
     record = _run(FakeChat(status=400), _settings(tasks=2, warmup_tasks=0))
-    assert [t.failure_reason for t in record.task_records] == ["context_overflow"] * 2
+    # Why, with both numbers as vLLM gave them, per task.
+    reason = "context_overflow: HTTP 400: " + VLLM_CONTEXT_MESSAGE
+    assert [t.failure_reason for t in record.task_records] == [reason] * 2
+    assert "2048 tokens" in reason and "2300 input tokens" in reason
     assert record.successes == 0 and record.tasks_per_hour == 0.0
 
 

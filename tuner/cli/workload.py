@@ -95,6 +95,11 @@ def result_table(record: WorkloadRecord) -> Table:
     )
     energy = "not measured" if record.energy_joules is None else f"{record.energy_joules:.0f} J"
     table.add_row("GPU energy", energy)
+    # Why each failed task failed (context length with both numbers, deadline, HTTP status).
+    from tuner.workload.runner import failed_tasks
+
+    for task_id, reason in failed_tasks(record):
+        table.add_row(f"failed {task_id}", reason)
     return table
 
 

@@ -111,7 +111,7 @@ async def replay_task(ctx: AgentContext, script: ReplayScript, outcome: Outcome)
         try:
             result = await stream_chat(ctx.client, ctx.chat_url, body)
         except RequestFailed as exc:
-            outcome.failure_reason = "context_overflow" if exc.context_overflow else str(exc)
+            outcome.failure_reason = exc.reason
             return
         outcome.record(result, ctx.block_size)
         messages = [*messages, turn.assistant, *turn.followups]
@@ -170,7 +170,7 @@ async def live_task(ctx: AgentContext, task: Task, outcome: Outcome) -> None:
         try:
             result = await stream_chat(ctx.client, ctx.chat_url, _body(ctx, messages, **extra))
         except RequestFailed as exc:
-            outcome.failure_reason = "context_overflow" if exc.context_overflow else str(exc)
+            outcome.failure_reason = exc.reason
             return
         outcome.record(result, ctx.block_size)
         if settings.tool_protocol == "tools":
@@ -190,12 +190,16 @@ async def live_task(ctx: AgentContext, task: Task, outcome: Outcome) -> None:
                 output = _run_tool(world, action.tool, action.arguments)
                 new, calls = [reply, tool_result_message("text", "", action.tool, output)], 1
         messages = [*messages, *new]
-        if result.prompt_tokens + result.completion_tokens >= settings.shape.max_context_tokens:
-            outcome.failure_reason = "context_overflow"
+        used = result.prompt_tokens + result.completion_tokens
+        if used >= settings.shape.max_context_tokens:
+            outcome.failure_reason = (
+                f"context_overflow: the conversation reached {used} tokens, the suite's "
+                f"max_context_tokens is {settings.shape.max_context_tokens}"
+            )
             return
         await _tool_pause(ctx, rng, calls)
     else:
-        outcome.failure_reason = "step_limit"
+        outcome.failure_reason = f"step_limit: {limit} model calls without a final answer"
         return
     verdict = check_task(task, world.state, result.content)
     outcome.success = verdict.ok

@@ -31,6 +31,30 @@ class RequestFailed(Exception):
         text = self.detail.lower()
         return "context length" in text or "max_model_len" in text or "too long" in text
 
+    @property
+    def reason(self) -> str:
+        """A task's failure reason: the class, then the status and vLLM's own message.
+
+        vLLM's context-length message names both numbers (the model's maximum and the
+        request's tokens), so they reach the stored task records and the CLI as vLLM said them.
+        """
+        message = " ".join(_error_message(self.detail).split())
+        if len(message) > 300:
+            message = message[:297] + "..."
+        prefix = "context_overflow: " if self.context_overflow else ""
+        return f"{prefix}HTTP {self.status}: {message}"
+
+
+def _error_message(detail: str) -> str:
+    """vLLM's message from an error body (`{"error": {"message": ...}}`), else the body."""
+    try:
+        body = json.loads(detail)
+    except ValueError:
+        return detail
+    error = body.get("error", body) if isinstance(body, dict) else None
+    message = error.get("message") if isinstance(error, dict) else error
+    return str(message) if message else detail
+
 
 @dataclass
 class ChatResult:

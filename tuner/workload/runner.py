@@ -36,6 +36,7 @@ from tuner.workload.tokens import TokenCounter
 
 __all__ = [
     "RunProgress",
+    "failed_tasks",
     "make_client",
     "normalise_base_url",
     "run_workload",
@@ -122,7 +123,10 @@ async def _run_job(ctx: AgentContext, job: _Job, clock_zero: float) -> tuple[Tas
                 await replay_task(ctx, job.script, outcome)
     except TimeoutError:
         outcome.success = False
-        outcome.failure_reason = "deadline"
+        outcome.failure_reason = (
+            f"deadline: not finished within {ctx.settings.task_deadline_s:g} s "
+            f"({len(outcome.steps)} model calls answered)"
+        )
     wall = time.perf_counter() - started
     task_id, template, seed = job.ident
     record = TaskRecord(
@@ -305,6 +309,20 @@ async def run_workload(
         gpu_memory_used_mib=memory_mib,
         task_records=tuple(sorted(warm.records, key=lambda r: r.index)) + tuple(records),
     )
+
+
+def failed_tasks(record: WorkloadRecord, *, limit: int = 10) -> list[tuple[str, str]]:
+    """(task id, why it failed) for the scored tasks that failed, at most `limit` of them.
+
+    The reasons are those stored with each task: the class first (`context_overflow`,
+    `deadline`, `step_limit`, `HTTP 500`, the checker's verdict), then the numbers and the
+    server's own message. A last row says how many more failed when `limit` cuts the list.
+    """
+    failed = [t for t in record.task_records if not t.warmup and not t.success]
+    rows = [(t.task_id, t.failure_reason or "failed (no reason recorded)") for t in failed]
+    if len(rows) > limit:
+        rows = [*rows[:limit], ("...", f"{len(rows) - limit} more failed tasks")]
+    return rows
 
 
 def make_client(settings: WorkloadSettings, *, extra_connections: int = 4) -> httpx.AsyncClient:
