@@ -97,7 +97,8 @@ class StudyDisplay:
     def update(self, *, finished: int | None = None) -> None:
         """Redraw with the current slot views."""
         if finished is not None:
-            self._progress.update(self._task, completed=finished)
+            # The total is known once the run's target is (it may continue an earlier run's).
+            self._progress.update(self._task, total=self.total, completed=finished)
         if self._live is not None:
             self._live.update(self._render())
 
