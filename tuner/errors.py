@@ -80,7 +80,17 @@ class StartupFailed(ServerError):
 
 
 class WorkloadError(TunerError):
-    """The agent workload cannot run."""
+    """The agent workload cannot run; `answered_requests` counts what the server did answer."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        log_path: Path | str | None = None,
+        answered_requests: int | None = None,
+    ) -> None:
+        super().__init__(message, log_path=log_path)
+        self.answered_requests = answered_requests
 
 
 class StudyError(TunerError):

@@ -282,8 +282,9 @@ def test_a_server_that_dies_mid_run_is_a_workload_error() -> None:
             raise httpx.ReadError("connection reset", request=request)
         return await fake(request)
 
-    with pytest.raises(WorkloadError, match="stopped answering during the run"):
-        _run(dying, _settings())
+    with pytest.raises(WorkloadError, match="stopped answering after 3 answered requests") as err:
+        _run(dying, _settings(agents=1))
+    assert err.value.answered_requests == 3  # what tells "died at its first request" apart
 
 
 class OneBlockShort(FakeChat):

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tuner.records import ServerStartRecord
+from tuner.server.crashes import PYDANTIC_SUFFIX, root_cause
 
 __all__ = ["FailureKind", "StartupFailure", "classify"]
 
@@ -171,9 +172,7 @@ _SPEC_VALUE_ERROR = re.compile(
     r"(?:ValueError|NotImplementedError|ImportError): ([^\n]*(?:speculative|prompt_lookup|"
     r"num_speculative_tokens|draft|Arctic Inference|MTP|mtp|eagle)[^\n]*)"
 )
-_PYDANTIC_SUFFIX = re.compile(r"\s*\[type=[^\]]*\]?.*$")
 _PYDANTIC_LOC = re.compile(r"^[\w.\[\]-]+$")
-_TRACEBACK_END = re.compile(r"^\S*(?:Error|Exception)\b.*: ")
 
 
 def _number(text: str | None) -> int | float | None:
@@ -207,7 +206,7 @@ def _speculative_failure(text: str, lines: list[str]) -> tuple[str, str] | None:
             block.append(line)
         # pydantic prints "loc" lines flush left and the reason indented, then a link.
         parts = [
-            _PYDANTIC_SUFFIX.sub("", ln.strip())
+            PYDANTIC_SUFFIX.sub("", ln.strip())
             for ln in block[1:]
             if ln.strip() and "errors.pydantic" not in ln
         ]
@@ -217,14 +216,6 @@ def _speculative_failure(text: str, lines: list[str]) -> tuple[str, str] | None:
     if found is not None:
         index = _find_line(lines, found.group(1))
         return found.group(1).strip(), _lines_around(lines, index, before=6, after=1)
-    return None
-
-
-def _last_error_line(lines: list[str]) -> str | None:
-    for line in reversed(lines):
-        stripped = line.strip()
-        if _TRACEBACK_END.match(stripped) and "Engine core initialization failed" not in line:
-            return stripped
     return None
 
 
@@ -280,7 +271,7 @@ def classify(
             log_path=log_path,
             exit_code=exit_code,
         )
-    reason = _last_error_line(lines) or (lines[-1].strip() if lines else "no output")
+    reason = root_cause(log_text) or (lines[-1].strip() if lines else "no output")
     return StartupFailure(
         kind=FailureKind.CRASHED,
         message=f"exited with status {exit_code}: {reason}",

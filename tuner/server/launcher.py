@@ -33,6 +33,7 @@ import httpx
 
 from tuner.errors import ServerError, StartupFailed
 from tuner.records import ServerStartRecord, StartupFacts
+from tuner.server.crashes import ServerDeath, server_death
 from tuner.server.facts import merge_facts, parse_cache_info, parse_log
 from tuner.server.failures import FailureKind, classify
 from tuner.server.reaper import (
@@ -118,6 +119,24 @@ class ServerHandle:
     def alive(self) -> bool:
         """True while the main process runs and `stop()` has not been called."""
         return not self._stopped and self._process.poll() is None
+
+    def death(self, answered_requests: int | None, *, wait_s: float = 5.0) -> ServerDeath | None:
+        """Why the server died on its own (not stopped by us), or None while it still runs.
+
+        Waits up to `wait_s` for the process to exit: a dropped connection can come first.
+        """
+        if self._stopped:
+            return None
+        try:
+            self._process.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            return None
+        return server_death(
+            self.log_path.read_text(errors="replace"),
+            self._process.returncode,
+            answered_requests,
+            log_path=str(self.log_path),
+        )
 
     def record(self) -> ServerStartRecord:
         """The row the driver stores for this start."""

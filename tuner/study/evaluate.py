@@ -172,6 +172,7 @@ def _measure(
     workload: WorkloadRecord | None = None
     throughput: tuple[ThroughputRecord, ...] = ()
     failure_kind = failure_reason = None
+    infeasible = False
     workload_s = throughput_s = 0.0
     notes: list[str] = []
     probe: ProbeResult | None = None  # the correctness probe (tuner.workload.probe)
@@ -206,6 +207,10 @@ def _measure(
             except (TunerError, httpx.HTTPError) as exc:
                 failure_kind = "workload_failed"
                 failure_reason = f"the workload failed against the server: {exc}"
+                death = handle.death(getattr(exc, "answered_requests", None))
+                if death is not None:  # the server died: its own root cause, not the client's
+                    failure_kind, failure_reason = death.kind, death.reason
+                    infeasible = death.infeasible  # died at its first request: cannot serve
             workload_s = time.monotonic() - w0
             stopped_early = (
                 workload is not None and asked_to_stop[0] and workload.tasks < planned[0]
@@ -237,6 +242,7 @@ def _measure(
         throughput=throughput,
         failure_kind=failure_kind,
         failure_reason=failure_reason,
+        infeasible=infeasible,
         pruned=workload is not None and asked_to_stop[0] and workload.tasks < planned[0],
         max_num_seqs_requested=requested,
         max_num_seqs_clamped=clamped,

@@ -77,6 +77,14 @@ class _Phase:
     started: float
     records: list[TaskRecord] = field(default_factory=list)
     gaps_s: list[float] = field(default_factory=list)
+    # Every task's outcome, finished or not: how many requests the server answered before a
+    # failure tells "died at its first request" from "died mid-run".
+    outcomes: list[Outcome] = field(default_factory=list)
+
+    @property
+    def answered(self) -> int:
+        """Requests the server answered in this phase so far."""
+        return sum(len(o.steps) for o in self.outcomes)
 
 
 def normalise_base_url(url: str) -> str:
@@ -111,8 +119,9 @@ def _jobs(settings: WorkloadSettings) -> tuple[list[_Job], list[_Job], str]:
     return warm_jobs, [job(i, False, t) for i, t in enumerate(scored_tasks)], digest
 
 
-async def _run_job(ctx: AgentContext, job: _Job, clock_zero: float) -> tuple[TaskRecord, Outcome]:
-    outcome = Outcome()
+async def _run_job(
+    ctx: AgentContext, job: _Job, clock_zero: float, outcome: Outcome
+) -> tuple[TaskRecord, Outcome]:
     started = time.perf_counter()
     try:
         async with asyncio.timeout(ctx.settings.task_deadline_s):
@@ -150,6 +159,7 @@ async def _run_phase(
     clock_zero: float,
     should_stop: Callable[[], bool] | None,
     on_done: Callable[[], None] | None,
+    answered_before: int = 0,
 ) -> None:
     async def agent() -> None:
         while phase.jobs:
@@ -157,7 +167,9 @@ async def _run_phase(
                 phase.jobs.clear()
                 return
             job = phase.jobs.popleft()
-            record, outcome = await _run_job(ctx, job, clock_zero)
+            outcome = Outcome()
+            phase.outcomes.append(outcome)
+            record, outcome = await _run_job(ctx, job, clock_zero, outcome)
             phase.records.append(record)
             phase.gaps_s.extend(outcome.gaps_s)
             if on_done is not None:
@@ -170,9 +182,11 @@ async def _run_phase(
     except ExceptionGroup as errors:
         first = errors.exceptions[0]
         if isinstance(first, httpx.TransportError):
+            answered = answered_before + phase.answered
             raise WorkloadError(
-                f"the server at {ctx.chat_url} stopped answering during the run: "
-                f"{type(first).__name__}: {first}"
+                f"the server at {ctx.chat_url} stopped answering after {answered} answered "
+                f"requests: {type(first).__name__}: {first}",
+                answered_requests=answered,
             ) from first
         raise first from None
 
@@ -256,7 +270,7 @@ async def run_workload(
         on_progress(RunProgress(len(scored.records), total, wins, elapsed, rate))
 
     report()
-    await _run_phase(ctx, scored, clock_zero, should_stop, report)
+    await _run_phase(ctx, scored, clock_zero, should_stop, report, warm.answered)
     wall = time.perf_counter() - scored.started
     joules = energy.stop() if energy is not None else None
     memory_mib = energy.memory_used_mib() if energy is not None else None
