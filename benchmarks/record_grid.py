@@ -124,11 +124,16 @@ def config_key(params: dict[str, Any]) -> str:
 
 
 def plan(preset: Preset) -> list[tuple[str, int]]:
-    """(config key, repeat) in run order: shuffled once (seeded) so drift spreads evenly."""
+    """(config key, repeat) in run order: the grid first, then the noise repeats.
+
+    Each part is shuffled once (seeded) so drift over the hours spreads over the configs; the
+    grid comes first because a replay needs every config, and noise runs only refine it.
+    """
     runs = [(config_key(p), 0) for p in grid(preset)]
-    runs += [(config_key(p), r) for p in NOISE_CONFIGS for r in range(1, NOISE_REPEATS + 1)]
     random.Random(12).shuffle(runs)
-    return runs
+    repeats = [(config_key(p), r) for p in NOISE_CONFIGS for r in range(1, NOISE_REPEATS + 1)]
+    random.Random(13).shuffle(repeats)
+    return runs + repeats
 
 
 def _run_entry(key: str, rep: int, result: TrialResult, progress: list[list[float]]) -> dict:
@@ -213,7 +218,9 @@ def main() -> int:
             "preset": preset_json,
             "runs": [],
         }
-    elif data["preset"] != preset_json:
+    elif Preset.model_validate(data["preset"]) != preset:
+        # Compared as presets, not as JSON: a field added to Preset later (with its default)
+        # does not make the recording a different one.
         print(f"{args.out} was recorded with another preset; move it away first", file=sys.stderr)
         return 2
     done = {(config_key(r["params"]), r["rep"]) for r in data["runs"]}

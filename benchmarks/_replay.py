@@ -1,0 +1,263 @@
+"""The recorded grid as a trial backend: replayed trials on a simulated clock.
+
+`benchmarks/record_grid.py` evaluated every configuration of a trimmed CPU space for real; this
+module turns that table into trials a study can run again, with noise, in microseconds:
+
+- **Outcomes.** A replayed trial plays the same scored task ids as the recording (the suite is
+  fixed), so paired comparisons still pair. Each task's duration is the config's recorded one
+  times the run-to-run noise; its success is the recorded success of that task in one of the
+  config's runs, drawn at random.
+- **Noise.** Learned from the configurations recorded several times: the log-duration of a task
+  in one run splits into the config's mean for that task, a factor shared by the whole run (load
+  on the box) and a per-task residual. A replayed run draws one recorded run factor and one
+  recorded residual per task (resampling, scaled by sqrt(n/(n-1)) because residuals from n runs
+  around their own mean are that much too small). Nothing is assumed Gaussian.
+- **Schedule.** The workload's closed loop is re-run on the new durations: `agents` agents pull
+  tasks in suite order, one at a time, so the completion times (what the pruner sees) follow.
+- **Cost.** Recorded seconds: startup, warm-up, the scored window as replayed, the plain
+  benchmark and the trial's remaining overhead. A pruned trial stops asking for tasks a second
+  after the pruner's decision (the worker polls every second); tasks already running finish;
+  it costs what it ran, without the plain benchmark. A failed start costs its recorded seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from statistics import fmean
+from typing import Any
+
+from tuner.study.sampling import enumerate_space
+from tuner.study.space import Preset
+from tuner.workload import build_task_set
+
+DATA = Path(__file__).resolve().parent / "data" / "grid-smollm2-135m-cpu.json"
+STOP_LATENCY_S = 1.0  # the worker's stop poller asks the hub once a second
+
+
+def config_key(params: dict[str, Any]) -> str:
+    """A stable name for a params dict (the recorder's)."""
+    return json.dumps(params, sort_keys=True)
+
+
+@dataclass(frozen=True)
+class ConfigRecord:
+    """One configuration's recorded runs, reduced to what a replay needs."""
+
+    key: str
+    params: dict[str, Any]
+    runs: int
+    failure_kind: str | None
+    infeasible: bool
+    fixed_s: float  # startup + warm-up + overhead (everything but the scored window and bench)
+    pre_s: float  # from the trial's start to its scored window: startup and warm-up
+    throughput_s: float
+    failed_wall_s: float  # what a failed start cost
+    log_mean: tuple[float, ...]  # per scored task: mean log duration over runs
+    successes: tuple[tuple[int, ...], ...]  # per run, per task
+    tasks_per_hour: float  # mean over runs (the "true" value of the config)
+    kv_cache_tokens: int | None
+
+    @property
+    def ok(self) -> bool:
+        """The server started and the workload ran."""
+        return self.failure_kind is None
+
+
+@dataclass(frozen=True)
+class NoiseModel:
+    """Resampled run factors and per-task residuals, in log-duration."""
+
+    run_factors: tuple[float, ...]
+    residuals: tuple[float, ...]
+
+    def draw(self, rng: random.Random, n: int) -> list[float]:
+        """Log multipliers for `n` tasks of one run."""
+        if not self.run_factors:
+            return [0.0] * n
+        f = rng.choice(self.run_factors)
+        return [f + rng.choice(self.residuals) for _ in range(n)]
+
+
+@dataclass(frozen=True)
+class SimRun:
+    """One replayed trial: its scored tasks and when each finished."""
+
+    config: ConfigRecord
+    task_ids: tuple[str, ...]
+    success: tuple[bool, ...]
+    durations: tuple[float, ...]
+    starts: tuple[float, ...]
+    ends: tuple[float, ...]
+
+    @property
+    def scored_wall_s(self) -> float:
+        """The scored window: until the last task finished."""
+        return max(self.ends, default=0.0)
+
+    @property
+    def tasks_per_hour(self) -> float:
+        """Successes x 3600 / window."""
+        wall = self.scored_wall_s
+        return sum(self.success) * 3600.0 / wall if wall > 0 else 0.0
+
+    def progress(self, ran: list[int] | None = None) -> list[tuple[float, int, int]]:
+        """(seconds into the window, tasks done, successes) after each task of `ran` (all)."""
+        tasks = range(len(self.ends)) if ran is None else ran
+        order = sorted(tasks, key=lambda i: self.ends[i])
+        out, wins = [], 0
+        for done, i in enumerate(order, start=1):
+            wins += self.success[i]
+            out.append((self.ends[i], done, wins))
+        return out
+
+    def stopped_at(self, decided_s: float) -> tuple[float, list[int]]:
+        """Window end and the tasks finished when a stop is asked `decided_s` into it."""
+        asked = decided_s + STOP_LATENCY_S
+        ran = [i for i, s in enumerate(self.starts) if s < asked]
+        end = max((self.ends[i] for i in ran), default=asked)
+        return end, ran
+
+    def cost_s(self, decided_s: float | None = None) -> float:
+        """Seconds the trial takes in full, or when stopped by a decision `decided_s` in."""
+        if decided_s is None:
+            return self.config.fixed_s + self.scored_wall_s + self.config.throughput_s
+        end, _ = self.stopped_at(decided_s)
+        return self.config.fixed_s + end
+
+
+def closed_loop(durations: list[float], agents: int) -> tuple[list[float], list[float]]:
+    """Start and end of each task when `agents` agents pull them in order, one at a time."""
+    free = [0.0] * max(1, agents)
+    starts, ends = [], []
+    for d in durations:
+        k = min(range(len(free)), key=lambda j: (free[j], j))
+        starts.append(free[k])
+        free[k] += d
+        ends.append(free[k])
+    return starts, ends
+
+
+class GridTable:
+    """The recorded grid: configurations, the preset they came from, and the noise."""
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self.data = data
+        self.preset = Preset.model_validate(data["preset"])
+        tasks = build_task_set(self.preset.workload)
+        self.task_ids = tuple(t.task_id for t in tasks)
+        self.task_idents = tuple((t.template, t.seed) for t in tasks)
+        by_key: dict[str, list[dict[str, Any]]] = {}
+        for run in data["runs"]:
+            by_key.setdefault(config_key(run["params"]), []).append(run)
+        self.configs = {k: self._reduce(k, runs) for k, runs in by_key.items()}
+        self.noise = self._noise(by_key)
+        # The grid "in order": as the recorder enumerates it (record_grid.grid).
+        self.order = [k for k in (config_key(r["params"]) for r in data["runs"] if r["rep"] == 0)]
+        self.order.sort(key=lambda k: _grid_rank(json.loads(k)))
+
+    def missing(self) -> list[dict[str, Any]]:
+        """Configs of the preset's space with no recorded run (a replay needs all of them)."""
+        space = enumerate_space(self.preset) or []
+        return [p for p in space if config_key(p) not in self.configs]
+
+    @classmethod
+    def load(cls, path: Path = DATA) -> GridTable:
+        """Read the JSON the recorder wrote."""
+        return cls(json.loads(path.read_text()))
+
+    def _reduce(self, key: str, runs: list[dict[str, Any]]) -> ConfigRecord:
+        ok = [r for r in runs if r["failure_kind"] is None and r.get("tasks")]
+        first = runs[0]
+        if not ok:
+            return ConfigRecord(
+                key, first["params"], len(runs), first["failure_kind"] or "no_tasks",
+                bool(first["infeasible"]), 0.0, 0.0, 0.0, fmean(r["wall_s"] for r in runs), (),
+                (), 0.0, first["kv_cache_tokens"],
+            )  # fmt: skip
+        n = len(ok[0]["tasks"])
+        log_mean = tuple(fmean(math.log(max(r["tasks"][i][2], 1e-3)) for r in ok) for i in range(n))
+        fixed = fmean(r["wall_s"] - r["scored_wall_s"] - r["throughput_s"] for r in ok)
+        return ConfigRecord(
+            key=key,
+            params=first["params"],
+            runs=len(ok),
+            failure_kind=None,
+            infeasible=False,
+            fixed_s=fixed,
+            pre_s=fmean(r["startup_s"] + r["warmup_s"] for r in ok),
+            throughput_s=fmean(r["throughput_s"] for r in ok),
+            failed_wall_s=0.0,
+            log_mean=log_mean,
+            successes=tuple(tuple(t[0] for t in r["tasks"]) for r in ok),
+            tasks_per_hour=fmean(r["tasks_per_hour"] for r in ok),
+            kv_cache_tokens=ok[0]["kv_cache_tokens"],
+        )
+
+    @staticmethod
+    def _noise(by_key: dict[str, list[dict[str, Any]]]) -> NoiseModel:
+        factors: list[float] = []
+        residuals: list[float] = []
+        for runs in by_key.values():
+            ok = [r for r in runs if r["failure_kind"] is None and r.get("tasks")]
+            if len(ok) < 2:
+                continue
+            n_runs = len(ok)
+            logs = [[math.log(max(t[2], 1e-3)) for t in r["tasks"]] for r in ok]
+            n = len(logs[0])
+            task_mean = [fmean(row[i] for row in logs) for i in range(n)]
+            inflate = math.sqrt(n_runs / (n_runs - 1))
+            for row in logs:
+                dev = [row[i] - task_mean[i] for i in range(n)]
+                f = fmean(dev)
+                factors.append(f * inflate)
+                residuals.extend((d - f) * inflate for d in dev)
+        return NoiseModel(tuple(factors), tuple(residuals))
+
+    # ---- what a study needs ------------------------------------------------------------------
+
+    def true_best(self) -> float:
+        """The best recorded tasks/h of any configuration that ran."""
+        return max(c.tasks_per_hour for c in self.configs.values() if c.ok)
+
+    def near_best(self, key: str, within: float = 0.05) -> bool:
+        """The config's recorded tasks/h is within `within` of the best."""
+        c = self.configs.get(key)
+        return c is not None and c.ok and c.tasks_per_hour >= (1 - within) * self.true_best()
+
+    def grid_cost_s(self) -> float:
+        """Every configuration run once in full: what the grid costs."""
+        return sum(
+            c.fixed_s + self._nominal_window(c) + c.throughput_s if c.ok else c.failed_wall_s
+            for c in self.configs.values()
+        )
+
+    def _nominal_window(self, c: ConfigRecord) -> float:
+        _, ends = closed_loop([math.exp(x) for x in c.log_mean], self.preset.workload.agents)
+        return max(ends, default=0.0)
+
+    def replay(self, params: dict[str, Any], rng: random.Random) -> SimRun | None:
+        """One noisy run of a configuration; None when it did not start (see `configs`)."""
+        c = self.configs[config_key(params)]
+        if not c.ok:
+            return None
+        noise = self.noise.draw(rng, len(c.log_mean))
+        durations = [math.exp(m + e) for m, e in zip(c.log_mean, noise, strict=True)]
+        success = tuple(bool(rng.choice(c.successes)[i]) for i in range(len(durations)))
+        starts, ends = closed_loop(durations, self.preset.workload.agents)
+        return SimRun(c, self.task_ids, success, tuple(durations), tuple(starts), tuple(ends))
+
+
+def _grid_rank(params: dict[str, Any]) -> tuple[Any, ...]:
+    # record_grid.grid's order: method as listed, then depth, lookup, KV cache, max_num_seqs.
+    return (
+        params["method"] != "none",
+        params.get("num_speculative_tokens", 0),
+        params.get("prompt_lookup_min", 0),
+        params.get("prompt_lookup_max", 0),
+        params.get("kv_cache_memory_bytes", 0),
+        params.get("max_num_seqs", 0),
+    )

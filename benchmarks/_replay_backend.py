@@ -1,0 +1,191 @@
+"""A `tuner.study.backend.TrialBackend` that answers from the recorded grid on a simulated clock.
+
+The study loop submits trials as it would to Ray workers; each gets a noisy replayed run of its
+config (`_replay.GridTable.replay`). `wait()` jumps the clock to the next event — a scored task
+finishing, or a trial coming back — so the loop's pruner sees every task as it would live, and a
+stop request ends the trial the way a worker does: tasks already running finish, no new one
+starts, no plain benchmark. Results are real `TrialResult`s scored by tuner's own `score_tasks`,
+with the suite's task ids, so `tuner export`'s paired rule pairs them.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from _replay import GridTable, SimRun, config_key
+
+from tuner.metrics.scoring import score_tasks
+from tuner.records import TaskRecord, WorkloadRecord
+from tuner.study.backend import Finished, Progress
+from tuner.study.evaluate import TrialRequest, TrialResult
+
+__all__ = ["ReplayBackend"]
+
+
+@dataclass
+class _Live:
+    """A trial running on the simulated clock."""
+
+    slot: int
+    request: TrialRequest
+    start: float
+    sim: SimRun | None
+    end: float  # when its result comes back
+    events: list[tuple[float, int, int]]  # (clock time, tasks done, successes) still to come
+    stop_decided: float | None = None  # seconds into the scored window
+    shown: tuple[int, int] = (0, 0)  # tasks done and successes reported so far
+
+    @property
+    def window(self) -> float:
+        assert self.sim is not None
+        return self.start + self.sim.config.pre_s
+
+
+class ReplayBackend:
+    """`tuner.study.backend.TrialBackend` over the recorded grid, on a simulated clock.
+
+    `wait()` jumps the clock to the next event (a scored task finishing, or a trial coming
+    back), so the loop's pruner sees every task as it would live. `spans` keeps, per trial,
+    (start, end) on the clock: the GPU-seconds a study spent by any moment follow from it.
+    """
+
+    def __init__(self, table: GridTable, slots: int, rng: random.Random) -> None:
+        self.table, self._slots, self.rng = table, slots, rng
+        self.clock = 0.0
+        self.live: dict[int, _Live] = {}
+        self.spans: dict[int, tuple[float, float]] = {}
+        self.sims: dict[int, SimRun] = {}
+
+    @property
+    def slots(self) -> int:
+        return self._slots
+
+    def submit(self, slot: int, request: TrialRequest) -> None:
+        sim = self.table.replay(request.params, self.rng)
+        if sim is None:
+            c = self.table.configs[config_key(request.params)]
+            run = _Live(slot, request, self.clock, None, self.clock + c.failed_wall_s, [])
+        else:
+            run = _Live(slot, request, self.clock, sim, self.clock + sim.cost_s(), [])
+            run.events = [(run.window + t, d, w) for t, d, w in sim.progress()]
+        self.live[request.trial_number] = run
+
+    def wait(self, timeout_s: float) -> list[Finished]:
+        if not self.live:
+            self.clock += timeout_s
+            return []
+        times = [r.end for r in self.live.values()]
+        times += [r.events[0][0] for r in self.live.values() if r.events]
+        self.clock = max(self.clock, min(times))
+        for run in self.live.values():
+            while run.events and run.events[0][0] <= self.clock:
+                _, done, wins = run.events.pop(0)
+                run.shown = (done, wins)
+        done_ = [n for n, run in self.live.items() if run.end <= self.clock]
+        return [self._finish(n) for n in done_]
+
+    def progress(self) -> dict[int, Progress]:
+        out = {}
+        for n, run in self.live.items():
+            if run.sim is None or self.clock < run.window:
+                out[n] = Progress(state="starting")
+                continue
+            elapsed = self.clock - run.window
+            done, wins = run.shown
+            rate = wins * 3600.0 / elapsed if elapsed > 0 else 0.0
+            total = len(run.sim.task_ids)
+            out[n] = Progress("workload", done, total, wins, elapsed, rate)
+        return out
+
+    def request_stop(self, trial_number: int) -> None:
+        run = self.live.get(trial_number)
+        if run is None or run.sim is None or run.stop_decided is not None:
+            return
+        decided = max(0.0, self.clock - run.window)
+        run.stop_decided = decided
+        run.end = min(run.end, run.start + run.sim.cost_s(decided))
+        # Only tasks already started finish; the rest never run, so never report.
+        _, ran = run.sim.stopped_at(decided)
+        run.events = [
+            (run.window + t, d, w) for t, d, w in run.sim.progress(ran) if d > run.shown[0]
+        ]
+
+    def now(self) -> float:
+        return self.clock
+
+    def close(self) -> None:
+        self.live.clear()
+
+    def _finish(self, number: int) -> Finished:
+        run = self.live.pop(number)
+        self.spans[number] = (run.start, run.end)
+        if run.sim is not None:
+            self.sims[number] = run.sim
+        return Finished(run.slot, number, _result(run, self.table))
+
+    def spent(self, at: float) -> float:
+        """Slot-seconds used by `at` (finished trials; running ones until `at`)."""
+        total = sum(max(0.0, min(e, at) - s) for s, e in self.spans.values())
+        return total + sum(max(0.0, at - r.start) for r in self.live.values())
+
+
+def _result(run: _Live, table: GridTable) -> TrialResult:
+    req, workload = run.request, table.preset.workload
+    wall = run.end - run.start
+    if run.sim is None:
+        return TrialResult(
+            trial_number=req.trial_number,
+            spec=req.spec,
+            failure_kind="replayed_failure",
+            failure_reason="the recorded run of this config failed",
+            wall_s=wall,
+        )
+    sim, c = run.sim, run.sim.config
+    if run.stop_decided is None:
+        ran, window = list(range(len(sim.ends))), sim.scored_wall_s
+    else:
+        window, ran = sim.stopped_at(run.stop_decided)
+    records = [
+        TaskRecord(
+            index=i,
+            task_id=sim.task_ids[i],
+            template=table.task_idents[i][0],
+            seed=table.task_idents[i][1],
+            warmup=False,
+            success=sim.success[i],
+            failure_reason=None if sim.success[i] else "replayed failure",
+            started_s=sim.starts[i],
+            wall_s=sim.durations[i],
+        )
+        for i in ran
+    ]
+    # The tasks/h is exact; its one-run bootstrap interval is only printed by `tuner export`
+    # (the export rule pairs runs, the pruner uses a Poisson bound), so 200 resamples do.
+    score = score_tasks(records, window, seed=workload.seed, resamples=200)
+    record = WorkloadRecord(
+        mode=workload.mode,
+        task_set_hash="replayed",
+        seed=workload.seed,
+        agents=workload.agents,
+        tasks=score.tasks,
+        successes=score.successes,
+        scored_wall_s=window,
+        tasks_per_hour=score.tasks_per_hour,
+        tasks_per_hour_low=score.tasks_per_hour_low,
+        tasks_per_hour_high=score.tasks_per_hour_high,
+        success_rate=score.success_rate,
+        success_rate_low=score.success_rate_low,
+        success_rate_high=score.success_rate_high,
+        task_records=tuple(records),
+    )
+    return TrialResult(
+        trial_number=req.trial_number,
+        spec=req.spec,
+        workload=record,
+        pruned=run.stop_decided is not None,
+        wall_s=wall,
+        startup_s=c.pre_s,
+        workload_s=window,
+        throughput_s=0.0 if run.stop_decided is not None else c.throughput_s,
+    )

@@ -1,0 +1,307 @@
+"""How fast the search finds the best config: seeded studies replayed over a recorded grid.
+
+Every study runs tuner's own loop (`tuner.study.loop.StudyLoop`: sampler, pruner rule,
+duplicate handling, constraints, budget) on a simulated-clock backend that answers from the
+grid recorded by `benchmarks/record_grid.py` (`benchmarks/_replay.py`: noise by resampling the
+recorded per-task outcomes; a trial costs its recorded seconds, a pruned one what it ran). At
+10%, 25% and 50% of the grid's cost (slot-seconds: with several slots, the time of all of
+them) the study's answer is what `tuner export` would pick (`tuner.results.export
+.choose_export`) from the trials finished by then. Printed per search and number of slots:
+
+- **hit**: the share of seeds whose exported config is within 5% of the grid's best recorded
+  successful tasks/h;
+- **reach**: the median cost (share of the grid's) at which the search first finished a trial
+  of such a config ("-" when fewer than half the seeds did within 50%).
+
+Searches: tuner's (its sampler and pruner, as shipped), random search (uniform draws, the same
+pruner), and the grid in order (every config in `record_grid.grid` order, none pruned, as a
+sweep would). Goal (issue 12): hit >= 90% at 25% of the grid's cost, above random search.
+
+    python benchmarks/sample_efficiency.py [--seeds 100] [--data FILE] [--variants]
+
+`--variants` also replays the sampler and pruner settings that were compared to choose the
+shipped ones (see docs/decisions.md). Replay mode numbers: load shape, not graded answers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import random
+import statistics
+import sys
+import time
+import warnings
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+from _replay import DATA, GridTable, config_key
+from _replay_backend import ReplayBackend
+
+from tuner.errors import StudyError
+from tuner.results import decision
+from tuner.results.export import choose_export
+from tuner.results.loading import StudyResults, TrialRow
+from tuner.study.attrs import TrialAttr
+from tuner.study.driver import request_factory
+from tuner.study.loop import LoopSettings, StudyLoop
+from tuner.study.pruning import PruneRule
+from tuner.study.sampling import SamplerFactory, make_sampler
+
+BUDGETS = (0.10, 0.25, 0.50)
+SLOTS = (1, 2, 4)
+NEVER = PruneRule(min_completed=10**9)
+
+
+@dataclass(frozen=True)
+class Search:
+    """One way of searching: a sampler (None: the grid in order) and a prune rule."""
+
+    name: str
+    sampler: SamplerFactory | None
+    prune: PruneRule
+
+
+def _random(seed: int | None, _n: int) -> optuna.samplers.BaseSampler:
+    return optuna.samplers.RandomSampler(seed=seed)
+
+
+SEARCHES = (
+    Search("tuner", make_sampler, PruneRule()),
+    Search("random", _random, PruneRule()),
+    Search("grid in order", None, NEVER),
+)
+
+
+@dataclass(frozen=True)
+class StudyRun:
+    """What one replayed study gave: hit at each budget, and the cost to first reach."""
+
+    hits: tuple[bool, ...]
+    reach: float | None  # share of the grid's cost; None: not within the largest budget
+    trials: int
+
+
+def _row(trial: optuna.trial.FrozenTrial, sim_result: Any) -> TrialRow:
+    """The trial as `tuner export` reads it (no storage: the replayed result's fields)."""
+    from tuner.metrics import RunOutcomes
+
+    w = sim_result.workload if sim_result is not None else None
+    states = {"COMPLETE": "complete", "PRUNED": "pruned", "FAIL": "fail"}
+    return TrialRow(
+        number=trial.number,
+        state=states.get(trial.state.name, trial.state.name.lower()),
+        role=str(trial.user_attrs.get(TrialAttr.ROLE, "candidate")),
+        params=dict(trial.params),
+        value=trial.value,
+        infeasible=bool(trial.user_attrs.get(TrialAttr.INFEASIBLE)),
+        tasks=w.tasks if w else None,
+        successes=w.successes if w else None,
+        tasks_per_hour=w.tasks_per_hour if w else None,
+        tasks_per_hour_low=w.tasks_per_hour_low if w else None,
+        tasks_per_hour_high=w.tasks_per_hour_high if w else None,
+        outcomes=RunOutcomes.of(w.task_records, w.scored_wall_s) if w else None,
+        success_rate=w.success_rate if w else None,
+        mode=w.mode if w else None,
+    )
+
+
+class _Recorder(ReplayBackend):
+    """The backend, keeping each result for the export rule."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.results: dict[int, Any] = {}
+
+    def _finish(self, number: int) -> Any:
+        finished = super()._finish(number)
+        self.results[number] = finished.result
+        return finished
+
+
+def _memoized_paired_ratio() -> None:
+    """`paired_ratio` is a pure function of its runs and seed; answer repeats from a cache.
+
+    A study asks the export rule at three budgets, each judging every config against the
+    baseline again (2,000 resamples each): the cache makes that one computation per pair.
+    """
+    original = decision.paired_ratio
+
+    @functools.lru_cache(maxsize=4096)
+    def cached(candidate: tuple[Any, ...], baseline: tuple[Any, ...], kw: tuple[Any, ...]) -> Any:
+        return original(candidate, baseline, **dict(kw))
+
+    def paired_ratio(candidate: Any, baseline: Any, **kw: Any) -> Any:
+        return cached(tuple(candidate), tuple(baseline), tuple(sorted(kw.items())))
+
+    decision.paired_ratio = paired_ratio
+
+
+def run_study(table: GridTable, search: Search, slots: int, seed: int) -> StudyRun:
+    """One seeded study until half the grid's cost is spent; its answers at each budget."""
+    grid_cost = table.grid_cost_s()
+    preset = table.preset
+    storage = optuna.storages.InMemoryStorage()
+    study = optuna.create_study(
+        storage=storage, direction="maximize", sampler=optuna.samplers.RandomSampler(seed)
+    )
+    backend = _Recorder(table, slots, random.Random(seed * 7919 + slots))
+    n_configs = len(table.configs)
+    if search.sampler is None:
+        study.enqueue_trial(preset.baseline_params(), user_attrs={TrialAttr.ROLE: "baseline"})
+        base = config_key(preset.baseline_params())
+        for key in table.order:
+            if key != base:
+                study.enqueue_trial(
+                    table.configs[key].params, user_attrs={TrialAttr.ROLE: "candidate"}
+                )
+    # The driver's own request factory: the preset's server spec, workload and plain benchmark.
+    make_request = request_factory(preset, model_path="recorded", cache_dir=Path("."))
+    settings = LoopSettings(
+        n_trials=n_configs,
+        seed=seed,
+        timeout_s=max(BUDGETS) * grid_cost / slots,
+        prune_rule=search.prune,
+        sampler_factory=search.sampler or make_sampler,
+    )
+    StudyLoop(study, preset, backend, make_request, settings).run()
+    trials = {t.number: t for t in study.get_trials(deepcopy=False)}
+    ends = sorted((e, n) for n, (_, e) in backend.spans.items())
+    # Reach: the first finished, unpruned trial of a near-best config.
+    reach = None
+    for end, n in ends:
+        t = trials[n]
+        if t.state.name == "COMPLETE" and table.near_best(config_key(dict(t.params))):
+            reach = backend.spent(end) / grid_cost
+            break
+    hits = []
+    cache: dict[int, bool] = {}
+    for budget in BUDGETS:
+        at = _time_at(backend, budget * grid_cost)
+        done = [n for end, n in ends if end <= at]
+        if len(done) not in cache:
+            cache[len(done)] = _exported_near_best(table, trials, backend.results, done)
+        hits.append(cache[len(done)])
+    return StudyRun(
+        tuple(hits), reach if reach is None or reach <= max(BUDGETS) else None, len(ends)
+    )
+
+
+def _time_at(backend: ReplayBackend, spent: float) -> float:
+    """The clock time at which the study had used `spent` slot-seconds (bisection)."""
+    lo, hi = 0.0, max((e for _, e in backend.spans.values()), default=0.0)
+    if backend.spent(hi) <= spent:
+        return hi
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if backend.spent(mid) < spent:
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+def _exported_near_best(
+    table: GridTable,
+    trials: dict[int, optuna.trial.FrozenTrial],
+    results: dict[int, Any],
+    done: list[int],
+) -> bool:
+    rows = tuple(sorted((_row(trials[n], results.get(n)) for n in done), key=lambda r: r.number))
+    results_ = StudyResults(
+        study_name="replay", storage="memory", model=None, gpu=None, trials=rows,
+        mode=table.preset.workload.mode,
+    )  # fmt: skip
+    try:
+        choice = choose_export(results_)
+    except StudyError:
+        return False
+    return table.near_best(config_key(dict(choice.trial.params)))
+
+
+# ---- many studies ---------------------------------------------------------------------------
+
+_TABLE: GridTable | None = None
+
+
+def _init(path: str) -> None:
+    global _TABLE
+    warnings.simplefilter("ignore")
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    _TABLE = GridTable.load(Path(path))
+    _memoized_paired_ratio()
+
+
+def _one(job: tuple[int, int, int]) -> tuple[int, int, StudyRun]:
+    search_i, slots, seed = job
+    assert _TABLE is not None
+    return search_i, slots, run_study(_TABLE, SEARCHES_ALL[search_i], slots, seed)
+
+
+SEARCHES_ALL: list[Search] = list(SEARCHES)
+
+
+def summarize(runs: list[StudyRun]) -> tuple[list[float], float | None]:
+    """Hit share per budget, and the median reach (None if under half the seeds reached)."""
+    shares = [sum(r.hits[i] for r in runs) / len(runs) for i in range(len(BUDGETS))]
+    reached = sorted(r.reach if r.reach is not None else float("inf") for r in runs)
+    median = statistics.median(reached)
+    return shares, None if median == float("inf") else median
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=100)
+    parser.add_argument("--data", type=Path, default=DATA)
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    args = parser.parse_args()
+    if not args.data.is_file():
+        print(f"no grid at {args.data}: record it with benchmarks/record_grid.py", file=sys.stderr)
+        return 2
+    t0 = time.monotonic()
+    table = GridTable.load(args.data)
+    if missing := table.missing():
+        print(
+            f"{args.data}: {len(missing)} configs of its space are not recorded yet (first: "
+            f"{missing[0]}); finish the recording with benchmarks/record_grid.py",
+            file=sys.stderr,
+        )
+        return 2
+    jobs = [(i, k, s) for i in range(len(SEARCHES_ALL)) for k in SLOTS for s in range(args.seeds)]
+    out: dict[tuple[int, int], list[StudyRun]] = {}
+    with ProcessPoolExecutor(args.jobs, initializer=_init, initargs=(str(args.data),)) as pool:
+        for i, k, run in pool.map(_one, jobs, chunksize=8):
+            out.setdefault((i, k), []).append(run)
+    _print(table, out, args.seeds, time.monotonic() - t0)
+    return 0
+
+
+def _print(
+    table: GridTable, out: dict[tuple[int, int], list[StudyRun]], seeds: int, took: float
+) -> None:
+    best = max(table.configs.values(), key=lambda c: c.tasks_per_hour)
+    near = [c for c in table.configs.values() if table.near_best(c.key)]
+    print(
+        f"grid: {len(table.configs)} configs, cost {table.grid_cost_s() / 60:.1f} min; best "
+        f"{best.tasks_per_hour:.0f} tasks/h; {len(near)} within 5%; {seeds} seeds; replay mode"
+    )
+    head = " | ".join(f"hit@{b:.0%}" for b in BUDGETS)
+    print(f"| search | slots | {head} | reach (median) | trials (median) |")
+    print("|---|---|" + "---|" * len(BUDGETS) + "---|---|")
+    for i, search in enumerate(SEARCHES_ALL):
+        for k in SLOTS:
+            runs = out[(i, k)]
+            shares, reach = summarize(runs)
+            cells = " | ".join(f"{s:.0%}" for s in shares)
+            r = f"{reach:.0%}" if reach is not None else "-"
+            n = statistics.median(x.trials for x in runs)
+            print(f"| {search.name} | {k} | {cells} | {r} | {n:.0f} |")
+    print(f"({took:.0f} s)")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
