@@ -6,8 +6,8 @@ Two calls in the study loop (`tuner.study.driver`):
    `TUNER_VLLM_COMMAND` runs what it accepts (`tuner.server.capabilities`), leave out the
    searched knobs it lacks (one stderr line per knob), refuse fixed parts it lacks (one
    `ConfigError` line naming them), and refuse a GPU workload too short to measure
-   (`tuner.study.sizing`). It returns the preset to run, so the stored preset is the space
-   actually searched.
+   (`tuner.study.sizing`); a command that starts no vLLM (tuner's fake server) skips both.
+   It returns the preset to run, so the stored preset is the space actually searched.
 2. `StartCheck.record(study)` once the study is open: the vLLM version and the knobs it lacks
    become study attributes (`tuner explain` reads them, so it never plans a control the server
    cannot start). A study measured with another vLLM version is refused: its scores would not
@@ -204,14 +204,15 @@ def preflight(
         ConfigError: a fixed part of the preset needs a flag or key this vLLM lacks, the
             vLLM cannot be asked, or a GPU workload is too short to measure.
     """
-    if not preset.gpu.cpu:
-        check_sizing(preset.workload, where=f"preset {preset.study_name}")
     caps = capabilities or probe_launch_command(
         get_settings().launch_command(), cache_dir=cache_dir
     )
     if caps is None:
+        # tuner's fake server measures nothing real: neither knobs nor window size apply.
         say("TUNER_VLLM_COMMAND does not start vLLM (a fake server?): knobs not checked")
         return preset, StartCheck(None, ())
+    if not preset.gpu.cpu:
+        check_sizing(preset.workload, where=f"preset {preset.study_name}")
     adjusted, refused = _adjust(preset, caps, say)
     if refused:
         raise ConfigError(
