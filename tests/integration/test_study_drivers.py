@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -32,7 +33,7 @@ PRESET = {
         "checkpoint": "fake/model",
         "served_name": "fake",
         "max_model_len": 8192,
-        "server_env": {"FAKE_VLLM_STARTUP_S": "1.0", "FAKE_VLLM_TOKEN_DELAY_S": "0.02"},
+        "server_env": {"FAKE_VLLM_STARTUP_S": "3.0", "FAKE_VLLM_TOKEN_DELAY_S": "0.02"},
     },
     "gpu": {"name": "cpu", "cpu": True},
     "space": {
@@ -78,10 +79,23 @@ def test_two_drivers_share_one_study(postgres_url: str, tmp_path: Path) -> None:
         sys.executable, "-m", "tuner.cli", "optimize", "--space", str(space), "--storage",
         postgres_url, "--study", "shared", "--n-trials", str(N_TRIALS),
     ]  # fmt: skip
-    drivers = [
-        subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        for _ in range(2)
-    ]
+
+    def start() -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+
+    first = start()
+    # The second joins once the first has created the study (tuner's tables are migrated by
+    # whoever comes first; concurrent first-time migrations are not this test's subject).
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and first.poll() is None:
+        try:
+            optuna.load_study(study_name="shared", storage=postgres_url)
+            break
+        except KeyError:
+            time.sleep(0.5)
+    drivers = [first, start()]
     outputs = [d.communicate(timeout=600)[0] for d in drivers]
     assert [d.returncode for d in drivers] == [0, 0], outputs
 
