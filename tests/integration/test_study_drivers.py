@@ -16,6 +16,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+import sqlalchemy
 import yaml
 from optuna.trial import TrialState
 
@@ -88,13 +89,20 @@ def test_two_drivers_share_one_study(postgres_url: str, tmp_path: Path) -> None:
     first = start()
     # The second joins once the first has created the study (tuner's tables are migrated by
     # whoever comes first; concurrent first-time migrations are not this test's subject).
+    engine = sqlalchemy.create_engine(postgres_url)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and first.poll() is None:
-        try:
-            optuna.load_study(study_name="shared", storage=postgres_url)
+        try:  # plain SQL: creating Optuna's tables from here would race the driver
+            with engine.connect() as conn:
+                found = conn.execute(
+                    sqlalchemy.text("SELECT 1 FROM studies WHERE study_name = 'shared'")
+                ).first()
+        except sqlalchemy.exc.SQLAlchemyError:
+            found = None
+        if found:
             break
-        except KeyError:
-            time.sleep(0.5)
+        time.sleep(0.5)
+    engine.dispose()
     drivers = [first, start()]
     outputs = [d.communicate(timeout=600)[0] for d in drivers]
     assert [d.returncode for d in drivers] == [0, 0], outputs
