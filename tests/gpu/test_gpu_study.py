@@ -64,6 +64,9 @@ def study(gpu_out: Path, cache_dir: Path) -> GpuStudy:
         str(SEED),
         "--storage",
         url,
+        # The confirmation stage re-runs the top configs: more device time than one lease has.
+        "--confirm",
+        "0",
         timeout_s=3600,
         env=env,
     )

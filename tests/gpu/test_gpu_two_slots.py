@@ -52,6 +52,9 @@ def test_two_trials_run_at_once_on_two_gpus(gpu_out: Path, cache_dir: Path) -> N
         "2",
         "--storage",
         url,
+        # The confirmation stage re-runs the top configs: more device time than one lease has.
+        "--confirm",
+        "0",
         timeout_s=3600,
         env=env,
     )
