@@ -10,7 +10,6 @@ in one of `FORMATS`, each starting with comment lines that say what was measured
 from __future__ import annotations
 
 import json
-import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -21,6 +20,16 @@ from pydantic import ValidationError
 
 from tuner.errors import ConfigError, StudyError
 from tuner.results.decision import Verdict, judge_study
+from tuner.results.formats import (
+    DEFAULT_IMAGE,
+    IMAGE_ENTRYPOINT,
+    compose_service,
+    image_for,
+    shell_text,
+    split_env,
+    systemd_quote,
+    systemd_unit,
+)
 from tuner.results.loading import StudyResults, TrialRow
 from tuner.server.spec import ServerSpec
 
@@ -37,14 +46,6 @@ __all__ = [
 ]
 
 FORMATS: Final = ("shell", "json", "yaml", "systemd", "compose")
-DEFAULT_IMAGE: Final = "vllm/vllm-openai:v0.32.0"
-_RELEASE = re.compile(r"^(\d+\.\d+\.\d+)")
-_SYSTEMD_PLAIN = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
-_ENV_WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
-# The final stage (`vllm-openai`) of vLLM's docker/Dockerfile: `ENTRYPOINT ["vllm", "serve"]`,
-# so a compose `command:` starts at the model.
-IMAGE_ENTRYPOINT: Final = ("vllm", "serve")
-_HOST_ONLY_ENV: Final = frozenset({"CUDA_VISIBLE_DEVICES"})
 
 
 @dataclass(frozen=True)
@@ -212,17 +213,6 @@ def serve_argv(trial: TrialRow) -> list[str]:
     raise StudyError(f"trial #{trial.number} recorded no serve command; re-run the trial")
 
 
-def split_env(argv: list[str]) -> tuple[dict[str, str], list[str]]:
-    """Leading `NAME=value` words of a command (the preset's environment) and the rest."""
-    env: dict[str, str] = {}
-    i = 0
-    while i < len(argv) and _ENV_WORD.match(argv[i]):
-        name, _, value = argv[i].partition("=")
-        env[name] = value
-        i += 1
-    return env, argv[i:]
-
-
 def _done_word(choice: ExportChoice) -> str:
     # Replay and traces force the turns: a task counts when it finishes, nobody grades it.
     return "solved" if choice.mode == "live" else "completed"
@@ -304,113 +294,6 @@ def _document(choice: ExportChoice, argv: list[str]) -> dict[str, Any]:
     return doc
 
 
-def _lines(argv: list[str], head: int) -> str:
-    # One flag (with its value) per line; shlex.quote keeps JSON and paths intact for sh/bash.
-    lines = [shlex.join(argv[:head])]
-    rest = argv[head:]
-    i = 0
-    while i < len(rest):
-        part = [rest[i]]
-        if rest[i].startswith("--") and i + 1 < len(rest) and not rest[i + 1].startswith("--"):
-            part.append(rest[i + 1])
-            i += 1
-        lines.append("  " + shlex.join(part))
-        i += 1
-    return " \\\n".join(lines) + "\n"
-
-
-def _shell(argv: list[str], trial: TrialRow) -> str:
-    env, cmd = split_env(argv)
-    head = len(env) + 3  # NAME=value ... vllm serve MODEL
-    text = _lines(argv, head)
-    launched = list(trial.launched or ())
-    l_env, l_cmd = split_env(launched)
-    if not l_cmd or l_cmd[:2] == cmd[:2]:
-        return text
-    # This install started vLLM another way (the CPU build's `vllm` script does not run):
-    # give the command that ran here too, on the default port instead of the trial's.
-    if "--port" in l_cmd:
-        i = l_cmd.index("--port")
-        del l_cmd[i : i + 2]
-    model_at = l_cmd.index("--model") + 2 if "--model" in l_cmd else len(l_cmd)
-    ran = [f"{k}={v}" for k, v in l_env.items()] + l_cmd
-    return (
-        text
-        + "\n# on the install that measured it, `vllm serve` is started as:\n"
-        + _lines(ran, min(len(l_env) + model_at, len(ran)))
-    )
-
-
-def systemd_quote(arg: str) -> str:
-    """Quote one argument for a systemd `ExecStart=` line (specifiers and `$` escaped)."""
-    escaped = arg.replace("%", "%%").replace("$", "$$")
-    if _SYSTEMD_PLAIN.match(arg):
-        return escaped
-    if "'" not in arg and "\\" not in arg:
-        return f"'{escaped}'"
-    return '"' + escaped.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def _systemd(choice: ExportChoice, argv: list[str]) -> str:
-    exec_start = " ".join(systemd_quote(a) for a in ["/usr/bin/env", *argv])
-    return (
-        "[Unit]\n"
-        f"Description=vLLM server chosen by tuner (study {choice.study_name}, "
-        f"trial {choice.trial.number})\n"
-        "After=network-online.target\n"
-        "Wants=network-online.target\n"
-        "\n"
-        "[Service]\n"
-        "Type=simple\n"
-        f"ExecStart={exec_start}\n"
-        "Restart=on-failure\n"
-        "RestartSec=10\n"
-        "\n"
-        "[Install]\n"
-        "WantedBy=multi-user.target\n"
-    )
-
-
-def _image(trial: TrialRow) -> str:
-    match = _RELEASE.match(trial.vllm_version or "")
-    return f"vllm/vllm-openai:v{match.group(1)}" if match else DEFAULT_IMAGE
-
-
-def _compose(choice: ExportChoice, argv: list[str]) -> str:
-    env, cmd = split_env(argv)
-    if tuple(cmd[: len(IMAGE_ENTRYPOINT)]) != IMAGE_ENTRYPOINT:
-        raise StudyError(f"trial #{choice.trial.number}'s command does not start with vllm serve")
-    args = list(cmd[len(IMAGE_ENTRYPOINT) :])
-    # Inside a container the server must listen on all interfaces; the published port below
-    # is what stays bound to 127.0.0.1 on the host.
-    if "--host" in args:
-        args[args.index("--host") + 1] = "0.0.0.0"  # noqa: S104
-    port = args[args.index("--port") + 1] if "--port" in args else "8000"
-    service: dict[str, Any] = {
-        "image": _image(choice.trial),
-        # Compose interpolates `$`; doubling it keeps every argument literal.
-        "command": [a.replace("$", "$$") for a in args],
-    }
-    # The GPU reservation below picks the devices; a pinned device list from the machine
-    # that measured would point at the wrong cards.
-    environment = {k: v.replace("$", "$$") for k, v in env.items() if k not in _HOST_ONLY_ENV}
-    if environment:
-        service["environment"] = environment
-    service |= {
-        "ports": [f"127.0.0.1:{port}:{port}"],
-        "ipc": "host",
-        "volumes": ["${HOME}/.cache/huggingface:/root/.cache/huggingface"],
-        "deploy": {
-            "resources": {
-                "reservations": {
-                    "devices": [{"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}]
-                }
-            }
-        },
-    }
-    return yaml.safe_dump({"services": {"vllm": service}}, sort_keys=False, width=1000)
-
-
 def render_export(choice: ExportChoice, fmt: str = "shell") -> str:
     """The chosen server in format `fmt` (one of `FORMATS`), headed by measurement comments.
 
@@ -427,7 +310,8 @@ def render_export(choice: ExportChoice, fmt: str = "shell") -> str:
     if fmt == "yaml":
         return header + yaml.safe_dump(_document(choice, argv), sort_keys=False, width=1000)
     if fmt == "systemd":
-        return header + _systemd(choice, argv)
+        return header + systemd_unit(choice.study_name, choice.trial.number, argv)
     if fmt == "compose":
-        return header + _compose(choice, argv)
-    return header + _shell(argv, choice.trial)
+        image = image_for(choice.trial.vllm_version)
+        return header + compose_service(argv, image=image, trial_number=choice.trial.number)
+    return header + shell_text(argv, choice.trial.launched)

@@ -1,0 +1,156 @@
+"""The confirmation stage through the real driver and Ray workers, on stand-in servers.
+
+`tuner.testing.fake_vllm` is the named fake: its speculative servers are made faster
+(`FAKE_VLLM_SPEC_SPEEDUP`) and lossy (`FAKE_VLLM_CHANGE_OUTPUTS`), which a real CPU build cannot
+be made to do on purpose. The real CPU build's confirmation run is measured in the README.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+import ray
+from optuna.trial import TrialState
+
+from tuner.results import choose_export, load_results
+from tuner.results.decision import judge_study
+from tuner.storage import Store
+from tuner.study import OptimizeOptions, Preset, optimize
+from tuner.study.attrs import StudyAttr, TrialAttr
+from tuner.study.confirm import ConfirmPlan, confirm_study
+from tuner.study.roles import counts_toward_budget, enqueue_run
+
+pytestmark = pytest.mark.ray
+
+NGRAM = {
+    "method": "ngram",
+    "num_speculative_tokens": 2,
+    "prompt_lookup_min": 1,
+    "prompt_lookup_max": 3,
+    "max_num_seqs": 8,
+}
+
+
+@pytest.fixture(scope="module")
+def fake_ray() -> Iterator[None]:
+    saved = os.environ.get("TUNER_VLLM_COMMAND")
+    os.environ["TUNER_VLLM_COMMAND"] = f"{sys.executable} -m tuner.testing.fake_vllm"
+    ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+        if saved is None:
+            os.environ.pop("TUNER_VLLM_COMMAND", None)
+        else:
+            os.environ["TUNER_VLLM_COMMAND"] = saved
+
+
+def _preset() -> Preset:
+    data: dict[str, Any] = {
+        "model": {
+            "name": "fake",
+            "checkpoint": "fake/model",
+            "served_name": "fake",
+            "max_model_len": 8192,
+            "server_env": {
+                "FAKE_VLLM_STARTUP_S": "0.5",
+                "FAKE_VLLM_TOKEN_DELAY_S": "0.01",
+                "FAKE_VLLM_SPEC_SPEEDUP": "4",
+                "FAKE_VLLM_CHANGE_OUTPUTS": "1",
+            },
+        },
+        "gpu": {"name": "fake1", "memory_gib": 24, "count": 1},
+        "space": {"methods": ["none", "ngram"], "max_num_seqs": [8]},
+        "baseline": {"max_num_seqs": 8},
+        "workload": {
+            "mode": "replay",
+            "tasks": 6,
+            "agents": 2,
+            "warmup_tasks": 0,
+            "tool_protocol": "text",
+            "tool_latency_s": 0.0,
+            "shape": {
+                "shared_prefix_tokens": 300,
+                "steps_min": 3,
+                "steps_max": 4,
+                "max_context_tokens": 2048,
+                "tool_output_median_tokens": 20,
+                "tool_output_p90_tokens": 40,
+                "call_turn_min_tokens": 8,
+                "call_turn_max_tokens": 16,
+                "plan_turn_min_tokens": 16,
+                "plan_turn_max_tokens": 32,
+            },
+        },
+        "throughput_streams": [],
+    }
+    return Preset.model_validate(data)
+
+
+def test_confirmation_reruns_interleaved_and_a_lossy_winner_is_not_exported(
+    fake_ray: None, tmp_path: Path
+) -> None:
+    from tuner.study import open_study
+
+    preset = _preset()
+    options = OptimizeOptions(
+        storage_url=f"sqlite:///{tmp_path / 'study.db'}",
+        cache_dir=tmp_path / "cache",
+        study_name="fake",
+        n_trials=1,
+        show_progress=False,
+    )
+    optimize(preset, options)  # the baseline
+    study = open_study(preset, options)
+    study.enqueue_trial(NGRAM, user_attrs={TrialAttr.ROLE: "candidate"})
+    optimize(preset, OptimizeOptions(**{**options.__dict__, "n_trials": 2}))
+
+    summary = confirm_study(options, ConfirmPlan(k=1, rounds=2))
+    assert summary.configs == (0, 1) and summary.queued == 4
+
+    study = optuna.load_study(study_name="fake", storage=options.storage_url)
+    runs = [t for t in study.trials if t.user_attrs.get(TrialAttr.ROLE) == "confirm"]
+    order = [
+        (t.user_attrs[TrialAttr.CONFIRM_OF], t.user_attrs[TrialAttr.CONFIRM_ROUND]) for t in runs
+    ]
+    assert order == [(0, 0), (1, 0), (0, 1), (1, 1)]  # A B A B, in trial-number order
+    assert all(t.state == TrialState.COMPLETE for t in runs)
+    assert [t.params for t in runs] == [study.trials[0].params, NGRAM] * 2
+    # Stored like trials, each on a fresh server start; never counted toward --n-trials.
+    store = Store(options.storage_url)
+    starts = [store.server_starts("fake", t.number)[-1].record for t in runs]
+    store.close()
+    assert len({s.started_at for s in starts}) == 4
+    assert sum(counts_toward_budget(t) for t in study.trials) == 2
+    assert all(TrialAttr.PROBE in t.user_attrs for t in study.trials)
+
+    results = load_results(options.storage_url, "fake")
+    verdict = judge_study(results)[1]
+    assert verdict.confirmed_runs == 2
+    assert verdict.beats_baseline  # 4x faster per token, paired over both rounds
+    assert verdict.outputs is not None and verdict.outputs.floor == pytest.approx(1.0)
+    assert verdict.changes_outputs
+    choice = choose_export(results)
+    assert choice.trial.number == 0
+    assert "changes outputs" in choice.reason
+    assert study.user_attrs[StudyAttr.CONFIRMATION]["1"]["changes_outputs"] is True
+    assert study.user_attrs[StudyAttr.MODE_NOTE] == "load shape: answers not graded"
+
+    # Run again (a resumed study): nothing is repeated.
+    again = confirm_study(options, ConfirmPlan(k=1, rounds=2))
+    assert again.queued == 0
+    assert len(optuna.load_study(study_name="fake", storage=options.storage_url).trials) == 6
+    # A run queued by hand with the seam is picked up by the next confirmation call.
+    enqueue_run(
+        study, NGRAM, role="confirm", attrs={TrialAttr.CONFIRM_OF: 1, TrialAttr.CONFIRM_ROUND: 2}
+    )
+    assert confirm_study(options, ConfirmPlan(k=1, rounds=3)).queued == 1
+    rounds = judge_study(load_results(options.storage_url, "fake"))[1].confirmed_runs
+    assert rounds == 3
