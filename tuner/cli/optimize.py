@@ -19,7 +19,7 @@ from tuner.storage import masked
 
 _CONFIRM_HELP = (
     "K,R: after the search, re-run the top K candidates and the baseline R more times each, "
-    "interleaved, fresh server starts; 0 skips it."
+    "interleaved, fresh server starts; 0 skips it. Default 2,2 (1,2 on CPU presets)."
 )
 
 
@@ -35,7 +35,7 @@ def optimize_cmd(
         str | None, typer.Option("--study", help="Study name (default: MODEL-GPU).")
     ] = None,
     n_trials: Annotated[
-        int, typer.Option("--n-trials", min=1, help="Finished trials wanted.")
+        int, typer.Option("--n-trials", min=1, help="Trials that start a server, this run.")
     ] = 20,
     timeout: Annotated[
         float | None, typer.Option("--timeout", min=1, help="Stop starting trials after S seconds.")
@@ -53,7 +53,7 @@ def optimize_cmd(
     cache_dir: Annotated[
         Path | None, typer.Option("--cache-dir", envvar="TUNER_CACHE_DIR", help="Cache directory.")
     ] = None,
-    confirm: Annotated[str, typer.Option("--confirm", help=_CONFIRM_HELP)] = "2,2",
+    confirm: Annotated[str | None, typer.Option("--confirm", help=_CONFIRM_HELP)] = None,
 ) -> None:
     """Search speculative-decoding configs by successful agent tasks per hour (resumable)."""
     # Imported here: Ray and vLLM-side modules cost seconds, which other commands need not pay.
@@ -61,8 +61,8 @@ def optimize_cmd(
     from tuner.study.confirm import parse_confirm
     from tuner.study.display import describe_params
 
-    plan = parse_confirm(confirm)  # a typo fails before any server starts
     preset = load_preset(model=model, gpu=gpu, space=space)
+    plan = parse_confirm(confirm or _default_confirm(preset.gpu.cpu))  # fails before any start
     overrides: dict[str, object] = {}
     if mode is not None:
         if mode not in ("live", "replay"):
@@ -103,6 +103,8 @@ def optimize_cmd(
     console.print(table)
     if summary.recovered:
         console.print(f"re-queued interrupted trials: {list(summary.recovered)}")
+    if summary.note:  # e.g. the space is exhausted, or an unfinished run was continued
+        console.print(summary.note)
     _confirm_and_print(replace(options, study_name=summary.study_name), plan)
     console.print("next: tuner export (best vllm serve command), tuner report, tuner dashboard")
 
@@ -135,6 +137,12 @@ def _confirm_and_print(options: Any, plan: Any) -> None:
     console.print(table)
 
 
+def _default_confirm(cpu: bool) -> str:
+    # Two cores run one server at a time at about two minutes a run: one candidate keeps the
+    # main command near twenty minutes; GPU studies afford the runner-up too.
+    return "1,2" if cpu else "2,2"
+
+
 def _num(value: float | None) -> str:
     return "not measured" if value is None else f"{value:,.0f}"
 
@@ -143,7 +151,7 @@ def _num(value: float | None) -> str:
 def confirm_cmd(
     study: Annotated[str, typer.Option("--study", help="The study to confirm.")],
     storage: StorageOption = None,
-    confirm: Annotated[str, typer.Option("--confirm", help=_CONFIRM_HELP)] = "2,2",
+    confirm: Annotated[str | None, typer.Option("--confirm", help=_CONFIRM_HELP)] = None,
     cache_dir: Annotated[
         Path | None, typer.Option("--cache-dir", envvar="TUNER_CACHE_DIR", help="Cache directory.")
     ] = None,
@@ -152,8 +160,8 @@ def confirm_cmd(
     from tuner.study import OptimizeOptions
     from tuner.study.confirm import parse_confirm
 
-    plan = parse_confirm(confirm)
     settings = get_settings()
+    plan = parse_confirm(confirm or _default_confirm(_study_is_cpu(storage, study, settings)))
     options = OptimizeOptions(
         storage_url=storage or settings.storage_url(),
         cache_dir=cache_dir or settings.cache_path(),
@@ -162,3 +170,19 @@ def confirm_cmd(
     )
     _confirm_and_print(options, plan)
     console.print("next: tuner export (decides on the confirmation rounds), tuner report")
+
+
+def _study_is_cpu(storage: str | None, study: str, settings: Any) -> bool:
+    import optuna
+
+    from tuner.results.loading import open_optuna_storage
+    from tuner.study.attrs import StudyAttr
+
+    try:
+        loaded = optuna.load_study(
+            study_name=study, storage=open_optuna_storage(storage or settings.storage_url())
+        )
+    except KeyError:
+        return False  # confirm_study says the study does not exist, in one line
+    preset = loaded.user_attrs.get(StudyAttr.PRESET) or {}
+    return bool(preset.get("gpu", {}).get("cpu"))
