@@ -74,6 +74,11 @@ class NoiseModel:
     run_factors: tuple[float, ...]
     residuals: tuple[float, ...]
 
+    @property
+    def learned(self) -> bool:
+        """True when some config was recorded more than once (else: task bootstrap)."""
+        return bool(self.run_factors)
+
     def draw(self, rng: random.Random, n: int) -> list[float]:
         """Log multipliers for `n` tasks of one run."""
         if not self.run_factors:
@@ -153,11 +158,20 @@ class GridTable:
         by_key: dict[str, list[dict[str, Any]]] = {}
         for run in data["runs"]:
             by_key.setdefault(config_key(run["params"]), []).append(run)
-        self.configs = {k: self._reduce(k, runs) for k, runs in by_key.items()}
+        configs = {k: self._reduce(k, runs) for k, runs in by_key.items()}
+        self.full_space = self.preset.space
+        self.preset = _recorded_subspace(self.preset, set(configs))
+        space = enumerate_space(self.preset) or []
+        keys = {config_key(p) for p in space}
+        self.configs = {k: c for k, c in configs.items() if k in keys}
         self.noise = self._noise(by_key)
         # The grid "in order": as the recorder enumerates it (record_grid.grid).
-        self.order = [k for k in (config_key(r["params"]) for r in data["runs"] if r["rep"] == 0)]
-        self.order.sort(key=lambda k: _grid_rank(json.loads(k)))
+        self.order = sorted(self.configs, key=lambda k: _grid_rank(json.loads(k)))
+
+    @property
+    def partial(self) -> bool:
+        """True when only a recorded part of the space is replayed (the recording goes on)."""
+        return self.preset.space != self.full_space
 
     def missing(self) -> list[dict[str, Any]]:
         """Configs of the preset's space with no recorded run (a replay needs all of them)."""
@@ -244,11 +258,45 @@ class GridTable:
         c = self.configs[config_key(params)]
         if not c.ok:
             return None
-        noise = self.noise.draw(rng, len(c.log_mean))
-        durations = [math.exp(m + e) for m, e in zip(c.log_mean, noise, strict=True)]
-        success = tuple(bool(rng.choice(c.successes)[i]) for i in range(len(durations)))
+        n = len(c.log_mean)
+        if self.noise.learned:
+            noise = self.noise.draw(rng, n)
+            durations = [math.exp(m + e) for m, e in zip(c.log_mean, noise, strict=True)]
+            success = tuple(bool(rng.choice(c.successes)[i]) for i in range(n))
+        else:
+            # No repeats recorded yet: resample the run's tasks (outcome and duration together),
+            # as `score_tasks`' interval does. Wider than the repeat noise: it adds the task mix.
+            picks = [rng.randrange(n) for _ in range(n)]
+            durations = [math.exp(c.log_mean[i]) for i in picks]
+            success = tuple(bool(rng.choice(c.successes)[i]) for i in picks)
         starts, ends = closed_loop(durations, self.preset.workload.agents)
         return SimRun(c, self.task_ids, success, tuple(durations), tuple(starts), tuple(ends))
+
+
+def _recorded_subspace(preset: Preset, recorded: set[str]) -> Preset:
+    """The preset, its KV cache sizes cut to those whose configs are all recorded.
+
+    While the recording runs, a replay can still use the part of the grid that is complete,
+    as long as the baseline's KV cache size is in it (every study starts with the baseline).
+    """
+    space = preset.space
+    if space.kv_cache_memory_bytes is None:
+        return preset
+    keep = []
+    for kv in space.kv_cache_memory_bytes:
+        part = preset.model_copy(
+            update={"space": space.model_copy(update={"kv_cache_memory_bytes": (kv,)})}
+        )
+        if all(config_key(p) in recorded for p in enumerate_space(part) or []):
+            keep.append(kv)
+    if (
+        keep == list(space.kv_cache_memory_bytes)
+        or preset.baseline_params().get("kv_cache_memory_bytes") not in keep
+    ):
+        return preset
+    return preset.model_copy(
+        update={"space": space.model_copy(update={"kv_cache_memory_bytes": tuple(keep)})}
+    )
 
 
 def _grid_rank(params: dict[str, Any]) -> tuple[Any, ...]:

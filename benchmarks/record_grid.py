@@ -124,16 +124,28 @@ def config_key(params: dict[str, Any]) -> str:
 
 
 def plan(preset: Preset) -> list[tuple[str, int]]:
-    """(config key, repeat) in run order: the grid first, then the noise repeats.
+    """(config key, repeat) in run order.
 
-    Each part is shuffled once (seeded) so drift over the hours spreads over the configs; the
-    grid comes first because a replay needs every config, and noise runs only refine it.
+    First the configs with the baseline's KV cache (a complete part of the grid that a replay
+    can use while the rest records), then the baseline's repeats (the noise model needs one
+    config run twice), then the other KV cache sizes, then the other repeats. Each part is
+    shuffled once (seeded) so drift over the hours spreads over the configs.
     """
-    runs = [(config_key(p), 0) for p in grid(preset)]
-    random.Random(12).shuffle(runs)
+    base = preset.baseline_params()
+    configs = list(grid(preset))
+    first = [
+        config_key(p)
+        for p in configs
+        if p["kv_cache_memory_bytes"] == base["kv_cache_memory_bytes"]
+    ]
+    rest = [config_key(p) for p in configs if config_key(p) not in first]
+    random.Random(12).shuffle(first)
+    random.Random(13).shuffle(rest)
     repeats = [(config_key(p), r) for p in NOISE_CONFIGS for r in range(1, NOISE_REPEATS + 1)]
-    random.Random(13).shuffle(repeats)
-    return runs + repeats
+    base_repeats = [(k, r) for k, r in repeats if k == config_key(base)]
+    other_repeats = [run for run in repeats if run not in base_repeats]
+    random.Random(14).shuffle(other_repeats)
+    return [(k, 0) for k in first] + base_repeats + [(k, 0) for k in rest] + other_repeats
 
 
 def _run_entry(key: str, rep: int, result: TrialResult, progress: list[list[float]]) -> dict:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import importlib.util
 import os
 import random
 import statistics
@@ -74,6 +75,53 @@ SEARCHES = (
     Search("tuner", make_sampler, PruneRule()),
     Search("random", _random, PruneRule()),
     Search("grid in order", None, NEVER),
+)
+
+
+@dataclass(frozen=True)
+class Tpe:
+    """A TPE setting to compare (`--variants`); None start-up trials: tuner's own rule."""
+
+    startup: int | None = None
+    multivariate: bool = True
+    liar: bool = True
+
+    def __call__(self, seed: int | None, n_trials: int) -> optuna.samplers.BaseSampler:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            startup = self.startup if self.startup is not None else max(3, min(10, n_trials // 3))
+            return optuna.samplers.TPESampler(
+                multivariate=self.multivariate,
+                group=self.multivariate,
+                seed=seed,
+                n_startup_trials=startup,
+                constant_liar=self.liar,
+            )
+
+
+@dataclass(frozen=True)
+class Gp:
+    """Optuna's Gaussian-process sampler (`--variants`)."""
+
+    startup: int = 3
+
+    def __call__(self, seed: int | None, _n: int) -> optuna.samplers.BaseSampler:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.samplers.GPSampler(seed=seed, n_startup_trials=self.startup)
+
+
+VARIANTS = (
+    Search("TPE start-up 1", Tpe(1), PruneRule()),
+    Search("TPE start-up 2", Tpe(2), PruneRule()),
+    Search("TPE start-up 5", Tpe(5), PruneRule()),
+    Search("TPE independent", Tpe(None, multivariate=False), PruneRule()),
+    Search("TPE no liar", Tpe(None, liar=False), PruneRule()),
+    Search("GP start-up 3", Gp(3), PruneRule()),
+    Search("tuner, no pruning", make_sampler, NEVER),
+    Search("tuner, prune from 1/6", make_sampler, PruneRule(warmup_fraction=1 / 6)),
+    Search("tuner, prune from 1/2", make_sampler, PruneRule(warmup_fraction=1 / 2)),
+    Search("tuner, prune after 2", make_sampler, PruneRule(min_completed=2)),
 )
 
 
@@ -258,7 +306,14 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, default=100)
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--variants", action="store_true", help="also the settings compared")
     args = parser.parse_args()
+    if args.variants:
+        SEARCHES_ALL.extend(VARIANTS)
+        if importlib.util.find_spec("scipy") is None:
+            # GPSampler needs SciPy, which tuner does not depend on.
+            print("GPSampler not compared: `pip install scipy` to include it", file=sys.stderr)
+            SEARCHES_ALL[:] = [s for s in SEARCHES_ALL if not isinstance(s.sampler, Gp)]
     if not args.data.is_file():
         print(f"no grid at {args.data}: record it with benchmarks/record_grid.py", file=sys.stderr)
         return 2
@@ -285,10 +340,15 @@ def _print(
 ) -> None:
     best = max(table.configs.values(), key=lambda c: c.tasks_per_hour)
     near = [c for c in table.configs.values() if table.near_best(c.key)]
+    noise = "learnt from repeat runs" if table.noise.learned else "task bootstrap (no repeats)"
     print(
         f"grid: {len(table.configs)} configs, cost {table.grid_cost_s() / 60:.1f} min; best "
-        f"{best.tasks_per_hour:.0f} tasks/h; {len(near)} within 5%; {seeds} seeds; replay mode"
+        f"{best.tasks_per_hour:.0f} tasks/h; {len(near)} within 5%; {seeds} seeds; noise "
+        f"{noise}; workload {table.preset.workload.mode} mode (load shape, answers not graded)"
     )
+    if table.partial:
+        kv = table.preset.space.kv_cache_memory_bytes
+        print(f"PARTIAL: the recording is not finished; replaying the KV cache sizes {kv} only")
     head = " | ".join(f"hit@{b:.0%}" for b in BUDGETS)
     print(f"| search | slots | {head} | reach (median) | trials (median) |")
     print("|---|---|" + "---|" * len(BUDGETS) + "---|---|")

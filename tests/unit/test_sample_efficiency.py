@@ -72,15 +72,30 @@ def test_the_closed_loop_reproduces_the_recorded_schedule(run: dict) -> None:
     assert max(ends) == pytest.approx(run["scored_wall_s"], rel=0.01)
 
 
-def test_a_noiseless_replay_is_the_recording() -> None:
+def test_a_config_recorded_twice_alike_replays_without_noise() -> None:
     data = copy.deepcopy(RECORDED)
-    data["runs"] = [OK_RUNS[0]]
+    data["runs"] = [OK_RUNS[0], {**OK_RUNS[0], "rep": 1}]
     table = GridTable(data)
-    assert table.noise.run_factors == ()  # one run of one config: no noise to learn
+    assert table.noise.learned  # a config run twice: the noise is learnt from it, here zero
     sim = table.replay(OK_RUNS[0]["params"], random.Random(0))
     assert sim is not None
     assert list(sim.durations) == pytest.approx([t[2] for t in OK_RUNS[0]["tasks"]], rel=1e-3)
-    assert sim.tasks_per_hour == pytest.approx(OK_RUNS[0]["tasks_per_hour"], rel=0.05)
+    assert sim.tasks_per_hour == pytest.approx(OK_RUNS[0]["tasks_per_hour"], rel=0.01)
+
+
+def test_without_repeats_a_replay_resamples_the_recorded_tasks() -> None:
+    data = copy.deepcopy(RECORDED)
+    data["runs"] = [OK_RUNS[0]]
+    table = GridTable(data)
+    assert not table.noise.learned
+    recorded = sorted(round(t[2], 3) for t in OK_RUNS[0]["tasks"])
+    rates = set()
+    for seed in range(20):
+        sim = table.replay(OK_RUNS[0]["params"], random.Random(seed))
+        assert sim is not None
+        assert all(round(d, 3) in recorded for d in sim.durations)
+        rates.add(round(sim.tasks_per_hour))
+    assert len(rates) > 5  # the resampling varies the score
 
 
 def test_a_stopped_trial_costs_what_it_ran_and_reports_finished_tasks_only() -> None:
