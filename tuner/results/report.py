@@ -114,7 +114,7 @@ def _verdict_cells(t: TrialRow, v: Verdict | None) -> tuple[str, str, str]:
         return ("reference" if t.role == "baseline" else "", "", "")
     search = _or_nm(v.search_tph, "{:,.0f}")
     confirmed = (
-        f"{v.confirmed_tph:,.0f} ({v.confirmed_runs} runs)"
+        f"{v.confirmed_tph:,.0f} ({v.confirmed_runs} run{'s' if v.confirmed_runs != 1 else ''})"
         if v.confirmed_tph is not None
         else "not confirmed"
     )
