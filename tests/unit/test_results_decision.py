@@ -149,7 +149,7 @@ def test_report_shows_search_time_and_confirmed_values(tmp_path: Path) -> None:
     assert table.column("trial")[:2] == ["#0", "#1"]
     assert table.column("search-time vs confirmed tasks/h")[:2] == [
         "reference",
-        "900 vs 855 (2 runs)",
+        "900 vs 855 (2 runs, 850-860)",
     ]
     assert table.column("paired vs baseline")[1].endswith("over 2 rounds of 3 tasks")
     lines = summary_lines(results)

@@ -38,6 +38,7 @@ class Verdict:
     search_tph: float | None
     confirmed_tph: float | None  # mean over its confirmation runs; None: not confirmed
     confirmed_runs: int
+    confirmed_range: tuple[float, float] | None  # lowest and highest confirmation run
     paired: PairedEstimate | None  # vs the baseline; None when nothing could be paired
     outputs: OutputCheck | None  # greedy probe vs the baseline; None: no probe
     success_drop_p: float | None  # live mode: one-sided p of a lower success rate
@@ -84,6 +85,11 @@ def _outcomes(rows: list[TrialRow]) -> list[RunOutcomes] | None:
 def _mean(rows: list[TrialRow]) -> float | None:
     values = [r.tasks_per_hour for r in rows if r.tasks_per_hour is not None]
     return sum(values) / len(values) if values else None
+
+
+def _range(rows: list[TrialRow]) -> tuple[float, float] | None:
+    values = [r.tasks_per_hour for r in rows if r.tasks_per_hour is not None]
+    return (min(values), max(values)) if values else None
 
 
 def _paired(results: StudyResults, t: TrialRow, base: TrialRow) -> PairedEstimate | None:
@@ -136,6 +142,7 @@ def judge_study(results: StudyResults) -> dict[int, Verdict]:
             search_tph=t.tasks_per_hour,
             confirmed_tph=_mean(runs),
             confirmed_runs=len(runs),
+            confirmed_range=_range(runs),
             paired=_paired(results, t, base) if base is not None else None,
             outputs=_outputs(results, t, base) if base is not None else None,
             success_drop_p=_success_drop(results, t, base) if base is not None else None,

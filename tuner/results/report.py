@@ -109,14 +109,20 @@ def _config(t: TrialRow) -> str:
     return label
 
 
+def _runs(v: Verdict) -> str:
+    # The spread of the repeats is the run-to-run noise the user should expect.
+    if v.confirmed_runs == 1 or v.confirmed_range is None:
+        return f"{v.confirmed_runs} run"
+    low, high = v.confirmed_range
+    return f"{v.confirmed_runs} runs, {low:,.0f}-{high:,.0f}"
+
+
 def _verdict_cells(t: TrialRow, v: Verdict | None) -> tuple[str, str, str]:
     if v is None:
         return ("reference" if t.role == "baseline" else "", "", "")
     search = _or_nm(v.search_tph, "{:,.0f}")
     confirmed = (
-        f"{v.confirmed_tph:,.0f} ({v.confirmed_runs} run{'s' if v.confirmed_runs != 1 else ''})"
-        if v.confirmed_tph is not None
-        else "not confirmed"
+        f"{v.confirmed_tph:,.0f} ({_runs(v)})" if v.confirmed_tph is not None else "not confirmed"
     )
     paired = v.paired.describe() if v.paired is not None else NOT_MEASURED
     return (f"{search} vs {confirmed}", paired, v.correctness())
