@@ -106,6 +106,10 @@ def optimize_cmd(
     if summary.note:  # e.g. the space is exhausted, or an unfinished run was continued
         console.print(summary.note)
     _confirm_and_print(replace(options, study_name=summary.study_name), plan)
+    if preset.load_sweep:  # only when the preset asks: the sweep restarts every finalist
+        from tuner.cli.sweep import sweep_after_optimize
+
+        sweep_after_optimize(url, options.cache_dir, summary.study_name, preset.load_sweep)
     console.print("next: tuner export (best vllm serve command), tuner report, tuner dashboard")
 
 

@@ -1,0 +1,162 @@
+"""`tuner sweep`'s orchestration with stand-in servers (`tuner.testing.fake_vllm`, a named fake).
+
+What a real server adds is in test_sweep_vllm.py (one real start); here, in seconds: a fresh
+server per config, `--limit` and resume, the finalists from the study, a given schedule on its
+own server with the schedule in its command, and the CLI's table and sentences.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+from optuna.distributions import CategoricalDistribution, IntDistribution
+from optuna.trial import create_trial
+from typer.testing import CliRunner
+
+from tuner.cli import app
+from tuner.results.load import SWEEP_ATTR, LoadSweep
+from tuner.storage import Store, normalize_url
+from tuner.study.space import Preset
+from tuner.study.sweep import SWEEP_TABLE_SUFFIX, SweepOptions, run_sweep
+
+PRESET: dict[str, Any] = {
+    "model": {
+        "name": "fake",
+        "checkpoint": "fake/model",
+        "served_name": "fake",
+        "max_model_len": 8192,
+        "server_env": {"FAKE_VLLM_STARTUP_S": "0.2", "FAKE_VLLM_TOKEN_DELAY_S": "0.002"},
+    },
+    "gpu": {"name": "cpu", "cpu": True},
+    "space": {"methods": ["none", "ngram"], "max_num_seqs": [8]},
+    "baseline": {"max_num_seqs": 8},
+    "workload": {
+        "mode": "replay",
+        "tasks": 3,
+        "agents": 2,
+        "warmup_tasks": 1,
+        "tool_protocol": "text",
+        "tool_latency_s": 0.0,
+        "shape": {
+            "shared_prefix_tokens": 300,
+            "steps_min": 3,
+            "steps_max": 4,
+            "max_context_tokens": 2048,
+            "tool_output_median_tokens": 20,
+            "tool_output_p90_tokens": 40,
+            "call_turn_min_tokens": 8,
+            "call_turn_max_tokens": 16,
+            "plan_turn_min_tokens": 16,
+            "plan_turn_max_tokens": 32,
+        },
+    },
+}
+NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "max_num_seqs": 8}
+
+
+@pytest.fixture
+def fake_vllm(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TUNER_VLLM_COMMAND", f"{sys.executable} -m tuner.testing.fake_vllm")
+    monkeypatch.setenv("FAKE_VLLM_SPEC_SPEEDUP", "4")
+
+
+def _study(url: str) -> None:
+    preset = Preset.model_validate(PRESET)
+    study = optuna.create_study(study_name="f", storage=normalize_url(url), direction="maximize")
+    study.set_user_attr("preset", preset.model_dump(mode="json"))
+    dists = {
+        "method": CategoricalDistribution(["none", "ngram"]),
+        "num_speculative_tokens": IntDistribution(1, 4),
+        "max_num_seqs": CategoricalDistribution([8]),
+    }
+    for params, value, role in (
+        ({"method": "none", "max_num_seqs": 8}, 100.0, "baseline"),
+        (NGRAM, 120.0, "candidate"),
+        ({"method": "ngram", "num_speculative_tokens": 1, "max_num_seqs": 8}, 90.0, "candidate"),
+    ):
+        study.add_trial(
+            create_trial(
+                params=params,
+                distributions={k: dists[k] for k in params},
+                value=value,
+                user_attrs={"role": role},
+            )
+        )
+
+
+def _starts(url: str, index: int) -> int:
+    store = Store(url)
+    try:
+        return len(store.server_starts("f" + SWEEP_TABLE_SUFFIX, index))
+    finally:
+        store.close()
+
+
+def test_limit_resume_and_a_given_schedule(
+    sqlite_url: str, tmp_path: Path, fake_vllm: None
+) -> None:
+    _study(sqlite_url)
+    options = SweepOptions(
+        storage_url=sqlite_url, cache_dir=tmp_path, study_name="f", agents=(1, 2), top=1, limit=1
+    )
+    first = run_sweep(options)
+    assert [c.key for c in first.configs] == ["#0"]  # the limit: one config per call
+    second = run_sweep(options)
+    assert [c.key for c in second.configs] == ["#0", "#1"]  # the best candidate, not #2
+    assert second.configs[0] == first.configs[0]  # kept, not measured again
+    assert [_starts(sqlite_url, i) for i in (0, 1)] == [1, 1]
+    ngram = second.configs[1]
+    assert [p.agents for p in ngram.points] == [1, 2]
+    assert "--speculative-config" in ngram.serve_command
+
+    given = SweepOptions(
+        storage_url=sqlite_url,
+        cache_dir=tmp_path,
+        study_name="f",
+        agents=(1, 2),
+        top=1,
+        schedule_given=((1, 1, 2), (2, 8, 0)),
+    )
+    third = run_sweep(given)
+    schedule = third.configs[2]
+    assert (schedule.key, schedule.trial_number, schedule.schedule) == (
+        "schedule",
+        1,
+        given.schedule_given,
+    )
+    config = json.loads(schedule.serve_command.split("--speculative-config ")[1].strip("'"))
+    assert config["num_speculative_tokens_per_batch_size"] == [[1, 1, 2], [2, 8, 0]]
+    assert config["num_speculative_tokens"] == 2
+    assert _starts(sqlite_url, 2) == 1
+
+    stored = optuna.load_study(study_name="f", storage=normalize_url(sqlite_url)).user_attrs
+    assert LoadSweep.from_json(stored[SWEEP_ATTR]) == third
+
+    result = CliRunner().invoke(
+        app,
+        [
+            "sweep",
+            "--study",
+            "f",
+            "--agents",
+            "1,2",
+            "--top",
+            "1",
+            "--storage",
+            sqlite_url,
+            "--cache-dir",
+            str(tmp_path),
+            "--out",
+            str(tmp_path / "out"),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "Load sweep (replay, 3 tasks per load)" in result.output
+    assert "for 2 agents, export" in result.output
+    assert (tmp_path / "out" / "load-sweep.png").read_bytes().startswith(b"\x89PNG")
+    assert _starts(sqlite_url, 0) == 1  # the CLI found every config measured
