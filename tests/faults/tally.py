@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 
-__all__ = ["tally"]
+__all__ = ["measure", "tally"]
 
 
 def tally(kind: str, ok: bool, n: int = 1) -> None:
@@ -20,3 +20,12 @@ def tally(kind: str, ok: bool, n: int = 1) -> None:
         return
     with open(path, "a") as out:
         out.write(json.dumps({"kind": kind, "ok": bool(ok), "n": n}) + "\n")
+
+
+def measure(name: str, value: object) -> None:
+    """Record a measured figure (e.g. seconds until a killed driver's servers were gone)."""
+    path = os.environ.get("TUNER_FAULTS_TALLY")
+    if not path:
+        return
+    with open(path, "a") as out:
+        out.write(json.dumps({"kind": "measure", "name": name, "value": value}) + "\n")

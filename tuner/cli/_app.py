@@ -92,6 +92,18 @@ def _first_line(exc: BaseException) -> str:
     return lines[0] if lines else type(exc).__name__
 
 
+def _storage_cause(exc: BaseException, db_error: type[BaseException]) -> str | None:
+    """The database's own message when a wrapped error (Optuna's) was caused by it."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, db_error):
+            return _first_line(getattr(cause, "orig", None) or cause)
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
 def run(root: typer.Typer, argv: list[str] | None = None) -> int:
     """Run the CLI; return the exit code after printing any error as one line."""
     # Imported here: pydantic and SQLAlchemy are loaded by the commands anyway, and the
@@ -144,6 +156,13 @@ def run(root: typer.Typer, argv: list[str] | None = None) -> int:
         _say(f"{exc.strerror or _first_line(exc)}{where}; fix it and run the same command again")
         return 2
     except Exception as exc:
+        storage = _storage_cause(exc, SQLAlchemyError)
+        if storage is not None:  # Optuna wraps the database's error in its own
+            _say(
+                f"the storage failed: {storage}; what was stored before is kept, fix the "
+                "cause (disk space, the database server) and run the same command to resume"
+            )
+            return 2
         saved = _crash_file(exc)
         where = f"; traceback in {saved}" if saved else ""
         _say(f"internal error: {type(exc).__name__}: {_first_line(exc)}{where}; please report it")

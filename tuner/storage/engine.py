@@ -1,12 +1,21 @@
-"""Database URLs: normalize, mask credentials, open engines with clear errors.
+"""Database URLs: normalize, mask credentials, open engines with clear errors, survive restarts.
 
 Optuna's storage and our tables use the same URL. `postgresql://` means psycopg 3 here (the
 driver we install); SQLite files get their parent directory created.
+
+A database server restarted mid-study (an upgrade, a failover, `pg_ctlcluster restart`) closes
+every pooled connection and refuses new ones for a few seconds. Engines therefore ping a pooled
+connection before using it (`pool_pre_ping`) and, once the first connection has succeeded,
+retry a refused connection for up to `RECONNECT_S` (`keep_reconnecting`): a bad URL still fails
+at once, a restart is waited out.
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import URL, make_url
@@ -14,7 +23,9 @@ from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError, S
 
 from tuner.errors import StorageError
 
-__all__ = ["masked", "normalize_url", "open_engine"]
+__all__ = ["RECONNECT_S", "keep_reconnecting", "masked", "normalize_url", "open_engine"]
+
+RECONNECT_S = 60.0
 
 
 def _parse(url: str) -> URL:
@@ -90,7 +101,33 @@ def open_engine(url: str, *, check: bool = True) -> Engine:
                 f"cannot open storage {masked(url)}: {reason}; "
                 "check the URL, that the server is up, and the credentials"
             ) from None
+        keep_reconnecting(engine)
     return engine
+
+
+def keep_reconnecting(engine: Engine, seconds: float = RECONNECT_S) -> None:
+    """Retry refused connections of a server database for `seconds` (call after a first connect).
+
+    SQLite files need no reconnecting. Works on any engine, Optuna's `RDBStorage.engine` too.
+    """
+    if engine.dialect.name == "sqlite":
+        return
+
+    def connect(dialect: Any, _rec: Any, cargs: Any, cparams: Any) -> Any:
+        deadline = time.monotonic() + seconds
+        while True:
+            try:
+                return dialect.connect(*cargs, **cparams)
+            except dialect.loaded_dbapi.OperationalError as exc:
+                if time.monotonic() > deadline:
+                    raise
+                _log.warning("database unreachable (%s); retrying", str(exc).splitlines()[0])
+                time.sleep(0.5)
+
+    event.listen(engine, "do_connect", connect)
+
+
+_log = logging.getLogger(__name__)
 
 
 def _sqlite_pragmas(dbapi_conn: object, _record: object) -> None:

@@ -32,6 +32,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.storage import Store
+from tuner.storage.engine import keep_reconnecting
 from tuner.study.attrs import StudyAttr, TrialAttr
 from tuner.study.roles import counts_toward_budget, role_of
 
@@ -98,12 +99,16 @@ def heartbeat_storage(url: str) -> optuna.storages.RDBStorage:
     with warnings.catch_warnings():
         # Heartbeats are marked experimental; they are Optuna's documented way to share a study.
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return optuna.storages.RDBStorage(
+        storage = optuna.storages.RDBStorage(
             url,
+            # A restarted Postgres mid-study: ping pooled connections, wait out refusals.
+            engine_kwargs={"pool_pre_ping": True},
             heartbeat_interval=HEARTBEAT_INTERVAL_S,
             grace_period=GRACE_PERIOD_S,
             heartbeat_stale_trial_callback=RequeueOnce(),
         )
+    keep_reconnecting(storage.engine)
+    return storage
 
 
 def ask(study: optuna.Study) -> optuna.Trial:

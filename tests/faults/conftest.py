@@ -1,0 +1,121 @@
+"""Fault-injection helpers: a private cache per test, the vLLM groups a run started, phases.
+
+Each test gets its own `TUNER_CACHE_DIR` (logs and pid files apart from everyone else's) with
+the shared test models linked in, so a check like "no server group is left" sees only this
+test's servers. Phases of a trial are read from the server's own access log, which records the
+workload's requests in order: the launcher's `/metrics` read at ready, the warm-up, a
+`/metrics` scrape, the scored tasks, a `/metrics` scrape, then the correctness probe and the
+plain benchmark.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tuner.server.reaper import group_members, port_free
+from tuner.study.space import preset_dir
+from tuner.workload.probe import PROBE_PROMPTS
+
+
+@dataclass(frozen=True)
+class Box:
+    """A test's private cache and the environment a `tuner` subprocess runs in."""
+
+    cache: Path
+    env: dict[str, str]
+
+    @property
+    def state_dir(self) -> Path:
+        return self.cache / "run"
+
+    def servers(self) -> list[dict[str, int]]:
+        """The pid files of server groups started from this box."""
+        out = []
+        for p in self.state_dir.glob("server-*.json"):
+            try:
+                out.append(json.loads(p.read_text()))
+            except (OSError, ValueError):  # being written or removed
+                continue
+        return out
+
+    def logs(self) -> list[Path]:
+        return sorted(self.cache.glob("logs/**/vllm-*.log"), key=lambda p: p.stat().st_mtime)
+
+
+@pytest.fixture
+def box(tmp_path: Path, cache_dir: Path, smollm2_path: Path) -> Box:
+    """A private cache with the shared models linked in (SmolLM2 built if needed)."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "models").symlink_to(cache_dir / "models", target_is_directory=True)
+    env = {**os.environ, "TUNER_CACHE_DIR": str(cache), "COLUMNS": "200"}
+    env.pop("TUNER_TEST_SIGKILL_AT", None)
+    return Box(cache, env)
+
+
+def short_space(tmp_path: Path, *, model: str = "smollm2-135m", **changes: object) -> Path:
+    """The CPU preset with a small workload: 1 warm-up task, 2 scored, a short plain benchmark."""
+    data = yaml.safe_load((preset_dir() / model / "cpu.yaml").read_text())
+    data["workload"].update(tasks=2, warmup_tasks=1)
+    data["throughput_streams"] = [1]
+    data["throughput_requests"] = 4
+    for key, value in changes.items():
+        data[key] = value
+    path = tmp_path / f"{model}-short.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def optimize_argv(space: Path, url: str, study: str, n_trials: int, *extra: str) -> list[str]:
+    return [
+        sys.executable, "-m", "tuner.cli", "optimize", "--space", str(space), "--storage", url,
+        "--study", study, "--n-trials", str(n_trials), "--confirm", "0", *extra,
+    ]  # fmt: skip
+
+
+def requests_in(log: Path) -> list[str]:
+    """The access log's requests, in order ("GET /metrics", "POST /v1/chat/completions")."""
+    out = []
+    for line in log.read_text(errors="replace").splitlines():
+        for method in ("GET", "POST"):
+            mark = f'"{method} /'
+            if mark in line:
+                path = line.split(mark, 1)[1].split(" ", 1)[0]
+                out.append(f"{method} /{path}")
+    return out
+
+
+def phase_of(log: Path) -> str:
+    """Where the trial served by `log` is: starting, warmup, scored, probe, benchmark."""
+    reqs = requests_in(log)
+    metrics = [i for i, r in enumerate(reqs) if r == "GET /metrics"]
+    if not metrics:
+        return "starting"
+    posts_after = [
+        sum(1 for r in reqs[m:] if r.startswith("POST")) for m in metrics
+    ]  # POSTs after each /metrics read
+    if len(metrics) == 1:
+        return "warmup" if posts_after[0] else "ready"
+    if len(metrics) == 2:
+        return "scored" if posts_after[1] else "warmup-done"
+    return "benchmark" if posts_after[2] > PROBE_PROMPTS + 1 else "probe"
+
+
+def wait_gone(groups: list[dict[str, int]], timeout_s: float) -> float:
+    """Seconds until no process of `groups` is alive and their ports are free (or timeout)."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout_s:
+        alive = [g for g in groups if group_members(g["pgid"], since_ticks=g.get("start_ticks"))]
+        bound = [g for g in groups if not port_free("127.0.0.1", g["port"])]
+        if not alive and not bound:
+            return time.monotonic() - start
+        time.sleep(0.1)
+    return float("inf")
