@@ -48,6 +48,7 @@ from tuner.results import decision
 from tuner.results.export import choose_export
 from tuner.results.loading import StudyResults, TrialRow
 from tuner.study.attrs import TrialAttr
+from tuner.study.confirm import plan_confirmation, queue_rounds
 from tuner.study.driver import request_factory
 from tuner.study.loop import LoopSettings, StudyLoop
 from tuner.study.pruning import PruneRule
@@ -65,6 +66,7 @@ class Search:
     name: str
     sampler: SamplerFactory | None
     prune: PruneRule
+    confirm: tuple[int, int] | None = None  # (top k, rounds): confirm as `tuner optimize` does
 
 
 def _random(seed: int | None, _n: int) -> optuna.samplers.BaseSampler:
@@ -75,6 +77,9 @@ SEARCHES = (
     Search("tuner", make_sampler, PruneRule()),
     Search("random", _random, PruneRule()),
     Search("grid in order", None, NEVER),
+    # `tuner optimize` on a CPU preset: the search, then the top candidate and the baseline
+    # run twice more (`--confirm 1,2`); the budget is the search's, the cost printed is all.
+    Search("tuner + confirm 1,2", make_sampler, PruneRule(), confirm=(1, 2)),
 )
 
 
@@ -132,6 +137,7 @@ class StudyRun:
     hits: tuple[bool, ...]
     reach: float | None  # share of the grid's cost; None: not within the largest budget
     trials: int
+    spent: tuple[float, ...]  # share of the grid's cost used by each budget's answer
 
 
 def _row(trial: optuna.trial.FrozenTrial, sim_result: Any) -> TrialRow:
@@ -146,6 +152,8 @@ def _row(trial: optuna.trial.FrozenTrial, sim_result: Any) -> TrialRow:
         role=str(trial.user_attrs.get(TrialAttr.ROLE, "candidate")),
         params=dict(trial.params),
         value=trial.value,
+        confirm_of=trial.user_attrs.get(TrialAttr.CONFIRM_OF),
+        confirm_round=trial.user_attrs.get(TrialAttr.CONFIRM_ROUND),
         infeasible=bool(trial.user_attrs.get(TrialAttr.INFEASIBLE)),
         tasks=w.tasks if w else None,
         successes=w.successes if w else None,
@@ -189,16 +197,18 @@ def _memoized_paired_ratio() -> None:
     decision.paired_ratio = paired_ratio
 
 
-def run_study(table: GridTable, search: Search, slots: int, seed: int) -> StudyRun:
-    """One seeded study until half the grid's cost is spent; its answers at each budget."""
+def _search(
+    table: GridTable, search: Search, slots: int, seed: int, budget: float
+) -> tuple[optuna.Study, _Recorder]:
+    """Run the study loop until `budget` (share of the grid's cost) is spent; no confirmation."""
     grid_cost = table.grid_cost_s()
     preset = table.preset
-    storage = optuna.storages.InMemoryStorage()
     study = optuna.create_study(
-        storage=storage, direction="maximize", sampler=optuna.samplers.RandomSampler(seed)
+        storage=optuna.storages.InMemoryStorage(),
+        direction="maximize",
+        sampler=optuna.samplers.RandomSampler(seed),  # unused: the loop enqueues every run
     )
     backend = _Recorder(table, slots, random.Random(seed * 7919 + slots))
-    n_configs = len(table.configs)
     if search.sampler is None:
         study.enqueue_trial(preset.baseline_params(), user_attrs={TrialAttr.ROLE: "baseline"})
         base = config_key(preset.baseline_params())
@@ -207,16 +217,28 @@ def run_study(table: GridTable, search: Search, slots: int, seed: int) -> StudyR
                 study.enqueue_trial(
                     table.configs[key].params, user_attrs={TrialAttr.ROLE: "candidate"}
                 )
-    # The driver's own request factory: the preset's server spec, workload and plain benchmark.
-    make_request = request_factory(preset, model_path="recorded", cache_dir=Path("."))
     settings = LoopSettings(
-        n_trials=n_configs,
+        n_trials=len(table.configs),
         seed=seed,
-        timeout_s=max(BUDGETS) * grid_cost / slots,
+        timeout_s=budget * grid_cost / slots,
         prune_rule=search.prune,
         sampler_factory=search.sampler or make_sampler,
     )
-    StudyLoop(study, preset, backend, make_request, settings).run()
+    StudyLoop(study, preset, backend, _MAKE_REQUEST(preset), settings).run()
+    return study, backend
+
+
+def _MAKE_REQUEST(preset: Any) -> Any:
+    # The driver's own request factory: the preset's server spec, workload and plain benchmark.
+    return request_factory(preset, model_path="recorded", cache_dir=Path("."))
+
+
+def run_study(table: GridTable, search: Search, slots: int, seed: int) -> StudyRun:
+    """One seeded study; its answers at each budget and the cost to first reach a near-best."""
+    if search.confirm is not None:
+        return _run_confirmed(table, search, slots, seed)
+    grid_cost = table.grid_cost_s()
+    study, backend = _search(table, search, slots, seed, max(BUDGETS))
     trials = {t.number: t for t in study.get_trials(deepcopy=False)}
     ends = sorted((e, n) for n, (_, e) in backend.spans.items())
     # Reach: the first finished, unpruned trial of a near-best config.
@@ -234,9 +256,27 @@ def run_study(table: GridTable, search: Search, slots: int, seed: int) -> StudyR
         if len(done) not in cache:
             cache[len(done)] = _exported_near_best(table, trials, backend.results, done)
         hits.append(cache[len(done)])
-    return StudyRun(
-        tuple(hits), reach if reach is None or reach <= max(BUDGETS) else None, len(ends)
-    )
+    if reach is not None and reach > max(BUDGETS):
+        reach = None
+    return StudyRun(tuple(hits), reach, len(ends), BUDGETS)
+
+
+def _run_confirmed(table: GridTable, search: Search, slots: int, seed: int) -> StudyRun:
+    """Search for each budget, then confirm as `tuner optimize` does; cost includes both."""
+    assert search.confirm is not None
+    k, rounds = search.confirm
+    grid_cost = table.grid_cost_s()
+    hits, spent, n_runs = [], [], 0
+    for budget in BUDGETS:
+        study, backend = _search(table, search, slots, seed, budget)
+        queue_rounds(study, plan_confirmation(study.get_trials(deepcopy=False), k), rounds)
+        settings = LoopSettings(n_trials=None, seed=seed, prune_rule=search.prune)
+        StudyLoop(study, table.preset, backend, _MAKE_REQUEST(table.preset), settings).run()
+        trials = {t.number: t for t in study.get_trials(deepcopy=False)}
+        hits.append(_exported_near_best(table, trials, backend.results, sorted(backend.spans)))
+        spent.append(backend.spent(backend.clock) / grid_cost)
+        n_runs = len(backend.spans)
+    return StudyRun(tuple(hits), None, n_runs, tuple(spent))
 
 
 def _time_at(backend: ReplayBackend, spent: float) -> float:
@@ -356,7 +396,14 @@ def _print(
         for k in SLOTS:
             runs = out[(i, k)]
             shares, reach = summarize(runs)
-            cells = " | ".join(f"{s:.0%}" for s in shares)
+            if search.confirm is None:
+                cells = " | ".join(f"{s:.0%}" for s in shares)
+            else:
+                # The answer comes after the confirmation runs: say what it cost in all.
+                costs = [statistics.median(x.spent[j] for x in runs) for j in range(len(BUDGETS))]
+                cells = " | ".join(
+                    f"{s:.0%} (cost {c:.0%})" for s, c in zip(shares, costs, strict=True)
+                )
             r = f"{reach:.0%}" if reach is not None else "-"
             n = statistics.median(x.trials for x in runs)
             print(f"| {search.name} | {k} | {cells} | {r} | {n:.0f} |")
