@@ -61,15 +61,15 @@ def box(tmp_path: Path, cache_dir: Path, smollm2_path: Path) -> Box:
     return Box(cache, env)
 
 
-def short_space(tmp_path: Path, *, model: str = "smollm2-135m", **changes: object) -> Path:
+def short_space(tmp_path: Path, *, preset: str = "smollm2-135m", **changes: object) -> Path:
     """The CPU preset with a small workload: 1 warm-up task, 2 scored, a short plain benchmark."""
-    data = yaml.safe_load((preset_dir() / model / "cpu.yaml").read_text())
+    data = yaml.safe_load((preset_dir() / preset / "cpu.yaml").read_text())
     data["workload"].update(tasks=2, warmup_tasks=1)
     data["throughput_streams"] = [1]
     data["throughput_requests"] = 4
     for key, value in changes.items():
         data[key] = value
-    path = tmp_path / f"{model}-short.yaml"
+    path = tmp_path / f"{preset}-short.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
 

@@ -1,0 +1,214 @@
+"""Faults of the vLLM server itself and of the Ray worker that owns it, in a real study.
+
+- The API server SIGKILLed during the scored tasks: that trial fails, saying the server was
+  killed and after how many answered requests; the study goes on to its next trial.
+- The Ray worker (the actor process that launched the server) SIGKILLed mid-trial: its server
+  goes with it (the supervisor), the trial is re-queued once and measured by a new worker.
+- A server that dies at its first request (the tiny hybrid model with prefix caching on the
+  CPU build): the trial is infeasible, with vLLM's own error line.
+- A server with a shorter context than the workload's conversations: the failed tasks say why,
+  with both numbers, in `tuner workload run`'s output and in the returned records.
+
+Real vLLM CPU, real Ray, SQLite files.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from tests.faults.conftest import Box, optimize_argv, phase_of, short_space, wait_gone
+from tests.faults.tally import measure, tally
+from tuner.server import Launcher, ServerSpec
+from tuner.server.reaper import group_members
+from tuner.storage import Store
+from tuner.study.attrs import TrialAttr
+from tuner.workload import WorkloadSettings, run_workload_sync
+from tuner.workload.shape import SuiteShape
+
+pytestmark = [pytest.mark.vllm, pytest.mark.faults]
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def _wait(box: Box, driver: subprocess.Popen[str], phase: str, trial_servers: int) -> dict:
+    """The `trial_servers`-th server group of this run, once it reaches `phase`."""
+    deadline = time.monotonic() + 900
+    while time.monotonic() < deadline:
+        assert driver.poll() is None, driver.communicate()[1][-3000:]
+        logs = box.logs()
+        servers = sorted(box.servers(), key=lambda s: s["started_at"])
+        if len(logs) >= trial_servers and servers and phase_of(logs[-1]) == phase:
+            return servers[-1]
+        time.sleep(0.2)
+    raise AssertionError(f"no server reached {phase}")
+
+
+def _trials(url: str, study: str) -> list[optuna.trial.FrozenTrial]:
+    return optuna.load_study(study_name=study, storage=url).get_trials()
+
+
+def test_server_killed_mid_workload_fails_its_trial_and_the_study_goes_on(
+    tmp_path: Path, box: Box
+) -> None:
+    url = f"sqlite:///{tmp_path / 'serverkill.db'}"
+    argv = optimize_argv(short_space(tmp_path), url, "serverkill", 2)
+    driver = subprocess.Popen(
+        argv, env=box.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    group = _wait(box, driver, "scored", 1)
+    api = [p for p in group_members(group["pgid"]) if "api_server" in _cmdline(p)]
+    assert len(api) == 1, [(p, _cmdline(p)) for p in group_members(group["pgid"])]
+    os.kill(api[0], signal.SIGKILL)
+    out, err = driver.communicate(timeout=900)
+    assert driver.returncode == 0, out + err
+    assert wait_gone([group], 30) < 30
+
+    trials = _trials(url, "serverkill")
+    first = trials[0]
+    reason = str(first.user_attrs.get(TrialAttr.FAILURE_REASON))
+    ok = (
+        first.state == TrialState.FAIL
+        and first.user_attrs.get(TrialAttr.FAILURE_KIND) == "server_crashed"
+        and "killed by SIGKILL" in reason
+        and any(t.state == TrialState.COMPLETE for t in trials[1:])
+    )
+    tally("fault", ok)
+    assert first.state == TrialState.FAIL, (first.state, first.user_attrs)
+    assert first.user_attrs[TrialAttr.FAILURE_KIND] == "server_crashed"
+    assert "the vLLM server died during the workload after" in reason, reason
+    assert "killed by SIGKILL" in reason, reason
+    assert any(t.state == TrialState.COMPLETE for t in trials[1:])  # the study went on
+    store = Store(url)
+    try:
+        # The failed trial's start is stored with how the server ended; nothing twice.
+        numbers = store.trial_numbers("serverkill")
+        assert len(numbers) == len(set(numbers))
+    finally:
+        store.close()
+    assert not box.servers()
+
+
+def test_ray_worker_killed_mid_trial_is_requeued_once(tmp_path: Path, box: Box) -> None:
+    url = f"sqlite:///{tmp_path / 'workerkill.db'}"
+    argv = optimize_argv(short_space(tmp_path), url, "workerkill", 1)
+    driver = subprocess.Popen(
+        argv, env=box.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    group = _wait(box, driver, "warmup", 1)
+    worker = int(group["owner_pid"])
+    assert "ray" in _cmdline(worker).lower() or "default_worker" in _cmdline(worker)
+    os.kill(worker, signal.SIGKILL)
+    gone_s = wait_gone([group], 60)
+    measure("ray_worker_kill_server_gone_s", round(gone_s, 2))
+    assert gone_s < 15, f"the killed worker's server lived {gone_s} s"
+    out, err = driver.communicate(timeout=900)
+    assert driver.returncode == 0, out + err
+
+    trials = _trials(url, "workerkill")
+    crashed = [t for t in trials if t.user_attrs.get(TrialAttr.FAILURE_KIND) == "worker_crashed"]
+    done = [t for t in trials if t.state == TrialState.COMPLETE]
+    ok = len(crashed) == 1 and len(done) == 1 and done[0].params == crashed[0].params
+    tally("fault", ok and gone_s < 15)
+    assert len(crashed) == 1, [(t.number, t.state, t.user_attrs) for t in trials]
+    assert len(done) == 1 and done[0].params == crashed[0].params
+    assert done[0].user_attrs[TrialAttr.REQUEUED_FROM] == crashed[0].number
+    store = Store(url)
+    try:
+        assert store.trial_numbers("workerkill") == [done[0].number]
+    finally:
+        store.close()
+
+
+def test_server_dying_at_its_first_request_is_infeasible_with_vllms_line(
+    tmp_path: Path, box: Box, tiny_hybrid_path: Path
+) -> None:
+    model = dict(
+        name="tiny-hybrid-mtp", checkpoint="tiny-hybrid-mtp", prepare="tiny-hybrid-mtp",
+        served_name="tiny-hybrid-mtp", max_model_len=4096, hybrid=True, mtp_layers=1,
+        load_format="dummy", enable_prefix_caching=True,
+        server_env={"VLLM_USE_AOT_COMPILE": "0"},
+    )  # fmt: skip
+    space = short_space(tmp_path, preset="tiny-hybrid-mtp", model=model)
+    url = f"sqlite:///{tmp_path / 'firstrequest.db'}"
+    proc = subprocess.run(
+        optimize_argv(space, url, "firstrequest", 1),
+        env=box.env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (trial,) = _trials(url, "firstrequest")
+    reason = str(trial.user_attrs.get(TrialAttr.FAILURE_REASON))
+    ok = (
+        trial.state == TrialState.COMPLETE
+        and trial.user_attrs.get(TrialAttr.INFEASIBLE) is True
+        and "'function' object is not subscriptable" in reason
+    )
+    tally("fault", ok)
+    assert trial.user_attrs[TrialAttr.INFEASIBLE] is True, trial.user_attrs
+    assert trial.state == TrialState.COMPLETE and trial.value == 0.0
+    assert "the vLLM server died at its first request" in reason, reason
+    assert "TypeError: 'function' object is not subscriptable" in reason, reason
+    assert not box.servers()
+
+
+def test_context_too_long_says_why_per_task_in_the_cli_and_the_records(
+    tmp_path: Path, box: Box, smollm2_path: Path
+) -> None:
+    launcher = Launcher(log_dir=box.cache / "logs", state_dir=box.state_dir)
+    spec = ServerSpec(
+        model=str(smollm2_path), served_model_name="smollm2", max_model_len=1536,
+        kv_cache_memory_bytes=300_000_000, env={"VLLM_USE_AOT_COMPILE": "0"},
+    )  # fmt: skip
+    with launcher.launch(spec, timeout_s=600) as handle:
+        proc = subprocess.run(
+            [
+                sys.executable, "-m", "tuner.cli", "workload", "run", "--url", handle.base_url,
+                "--model", "smollm2", "--tokenizer", str(smollm2_path), "--shape", "cpu",
+                "--protocol", "text", "--tasks", "4", "--agents", "2", "--warmup", "0",
+                "--tool-latency", "0",
+            ],
+            env={**box.env, "COLUMNS": "600"}, capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+        settings = WorkloadSettings(
+            tasks=4, agents=2, warmup_tasks=0, tool_protocol="text", tool_latency_s=0.0,
+            shape=SuiteShape.model_validate(
+                {**SuiteShape.default().model_dump(), "shared_prefix_tokens": 1024,
+                 "steps_min": 3, "steps_max": 6, "steps_median": 4.0,
+                 "max_context_tokens": 3072}
+            ),
+        )  # fmt: skip
+        record = run_workload_sync(
+            handle.base_url, "smollm2", settings, tokenizer=str(smollm2_path)
+        )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    refused = [t for t in record.task_records if not t.success]
+    ok = bool(refused) and all(
+        (t.failure_reason or "").startswith("context_overflow: HTTP 400: ")
+        and "maximum context length is 1536 tokens" in (t.failure_reason or "")
+        for t in refused
+    )
+    tally("fault", ok and "maximum context length is 1536 tokens" in proc.stdout)
+    assert refused, "no task outgrew the 1536-token context"
+    for task in refused:
+        reason = task.failure_reason or ""
+        assert reason.startswith("context_overflow: HTTP 400: "), reason
+        assert "maximum context length is 1536 tokens" in reason, reason
+        assert "input tokens" in reason, reason  # the request's own count
+    assert "failed" in proc.stdout and "maximum context length is 1536 tokens" in proc.stdout
+    assert not box.servers()
