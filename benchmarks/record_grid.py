@@ -46,6 +46,7 @@ from tuner.workload import RunProgress
 
 DATA = Path(__file__).resolve().parent / "data" / "grid-smollm2-135m-cpu.json"
 LOCK = Path("/tmp/tuner-heavy.lock")
+DATA_LOCK = Path("/tmp/tuner-grid-data.lock")
 COMMAND = "nohup .venv/bin/python benchmarks/record_grid.py > /tmp/record_grid.log 2>&1 &"
 NOISE_REPEATS = 2  # extra runs of each noise config: three runs in all
 # The trimmed space (see the module docstring); everything else is the shipped CPU preset.
@@ -205,41 +206,83 @@ def _save(path: Path, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+def _new_data(preset: Preset) -> dict[str, Any]:
+    return {
+        "about": (
+            "Every configuration of the trimmed smollm2-135m CPU space evaluated by "
+            "tuner.study.evaluate.evaluate on the real vLLM CPU build (replay workload: load "
+            "shape, not graded answers), plus noise repeats; runs with a 'source' were taken "
+            "from tuner studies run on the same machine (--harvest). Trim: see "
+            "benchmarks/record_grid.py's docstring."
+        ),
+        "command": COMMAND,
+        "machine": f"{platform.node()} {os.cpu_count()} cores",
+        "preset": json.loads(preset.model_dump_json()),
+        "runs": [],
+    }
+
+
+def _done(data: dict[str, Any]) -> set[tuple[str, int]]:
+    """(config, repeat) pairs covered: a config's n-th run counts as its repeat n - 1."""
+    counts: dict[str, int] = {}
+    for r in data["runs"]:
+        k = config_key(r["params"])
+        counts[k] = counts.get(k, 0) + 1
+    return {(k, rep) for k, n in counts.items() for rep in range(n)}
+
+
+def _append(path: Path, entries: list[dict[str, Any]]) -> None:
+    """Add runs to the file under its own lock: the recorder and a harvest may both write."""
+    with DATA_LOCK.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        data = _load(path)
+        assert data is not None
+        for entry in entries:
+            # `rep` is the run's index among its config's runs, whoever recorded the others.
+            key = config_key(entry["params"])
+            entry["rep"] = sum(1 for r in data["runs"] if config_key(r["params"]) == key)
+            data["runs"].append(entry)
+        _save(path, data)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=DATA)
     parser.add_argument("--limit", type=int, default=None, help="stop after this many runs")
+    parser.add_argument(
+        "--harvest", nargs="+", metavar="URL", help="take grid runs from these study storages"
+    )
     args = parser.parse_args()
 
     preset = trimmed_preset()
-    preset_json = json.loads(preset.model_dump_json())
-    settings = get_settings()
-    cache = settings.cache_path()
-    model_path = str(prepare(preset.model.prepare or "smollm2-135m", cache))
     data = _load(args.out)
     if data is None:
-        data = {
-            "about": (
-                "Every configuration of the trimmed smollm2-135m CPU space evaluated once by "
-                "tuner.study.evaluate.evaluate on the real vLLM CPU build (replay workload: "
-                "load shape, not graded answers), plus noise repeats. Trim: see "
-                "benchmarks/record_grid.py's docstring."
-            ),
-            "command": COMMAND,
-            "machine": f"{platform.node()} {os.cpu_count()} cores",
-            "preset": preset_json,
-            "runs": [],
-        }
+        _save(args.out, _new_data(preset))
     elif Preset.model_validate(data["preset"]) != preset:
         # Compared as presets, not as JSON: a field added to Preset later (with its default)
         # does not make the recording a different one.
         print(f"{args.out} was recorded with another preset; move it away first", file=sys.stderr)
         return 2
-    done = {(config_key(r["params"]), r["rep"]) for r in data["runs"]}
-    todo = [run for run in plan(preset) if run not in done]
-    if args.limit is not None:
-        todo = todo[: args.limit]
-    print(f"{len(done)} runs recorded, {len(todo)} to go", flush=True)
+    if args.harvest:
+        from _harvest import harvest
+
+        data = _load(args.out) or {}
+        keys = {config_key(p) for p in grid(preset)}
+        taken = {r["source"] for r in data["runs"] if "source" in r}
+        found = [e for url in args.harvest for e in harvest(url, preset, keys, taken, _run_entry)]
+        _append(args.out, found)
+        print(f"harvested {len(found)} runs: {[e['source'] for e in found]}")
+        return 0
+    return _record(args.out, preset, args.limit)
+
+
+def _record(path: Path, preset: Preset, limit: int | None) -> int:
+    cache = get_settings().cache_path()
+    model_path = str(prepare(preset.model.prepare or "smollm2-135m", cache))
+    todo = [run for run in plan(preset) if run not in _done(_load(path) or {"runs": []})]
+    if limit is not None:
+        todo = todo[:limit]
+    print(f"{len(todo)} runs to go", flush=True)
     plan_ = ThroughputPlan(
         streams=preset.throughput_streams,
         requests=preset.throughput_requests,
@@ -247,17 +290,6 @@ def main() -> int:
     )
     for i, (key, rep) in enumerate(todo):
         params = json.loads(key)
-        request = TrialRequest(
-            study_name="grid",
-            trial_number=len(data["runs"]),
-            params=params,
-            spec=preset.server_spec(params, model_path=model_path),
-            workload=preset.workload,
-            cache_dir=str(cache),
-            startup_timeout_s=preset.startup_timeout_s,
-            throughput=plan_,
-            tokenizer=model_path if Path(model_path).is_dir() else None,
-        )
         progress: list[list[float]] = []
 
         def on_progress(p: RunProgress, progress: list[list[float]] = progress) -> None:
@@ -267,11 +299,23 @@ def main() -> int:
         with LOCK.open("a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             waited = time.monotonic() - waited
+            if (key, rep) in _done(_load(path) or {"runs": []}):
+                continue  # a harvest covered it while this waited for the lock
+            request = TrialRequest(
+                study_name="grid",
+                trial_number=i,
+                params=params,
+                spec=preset.server_spec(params, model_path=model_path),
+                workload=preset.workload,
+                cache_dir=str(cache),
+                startup_timeout_s=preset.startup_timeout_s,
+                throughput=plan_,
+                tokenizer=model_path if Path(model_path).is_dir() else None,
+            )
             result = evaluate(request, on_progress=on_progress)
         entry = _run_entry(key, rep, result, progress)
         entry["recorded_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        data["runs"].append(entry)
-        _save(args.out, data)
+        _append(path, [entry])
         print(
             f"[{i + 1}/{len(todo)}] {entry['recorded_at']} {key} rep {rep}: "
             f"{entry.get('tasks_per_hour')} tasks/h, wall {entry['wall_s']} s, "
