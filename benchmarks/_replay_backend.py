@@ -134,11 +134,15 @@ def _result(run: _Live, table: GridTable) -> TrialResult:
     req, workload = run.request, table.preset.workload
     wall = run.end - run.start
     if run.sim is None:
+        # The recorded failure, as recorded: an infeasible config teaches the sampler through
+        # its constraint, a crash fails the trial.
+        failed = table.configs[config_key(req.params)]
         return TrialResult(
             trial_number=req.trial_number,
             spec=req.spec,
-            failure_kind="replayed_failure",
-            failure_reason="the recorded run of this config failed",
+            failure_kind=failed.failure_kind,
+            failure_reason=f"recorded: {failed.failure_kind}",
+            infeasible=failed.infeasible,
             wall_s=wall,
         )
     sim, c = run.sim, run.sim.config

@@ -140,3 +140,21 @@ def test_the_real_loop_runs_a_replayed_study_within_its_time() -> None:
     # No trial starts after the deadline; the ones running then finish.
     assert all(start < 0.25 * cost / 2 for start, _ in backend.spans.values())
     assert len({config_key(dict(t.params)) for t in trials}) == len(trials)  # never a repeat
+
+
+def test_a_config_that_could_not_start_replays_as_recorded() -> None:
+    data = copy.deepcopy(_complete_table().data)
+    failed = data["runs"][0]
+    for key in ("tasks", "progress", "scored_wall_s", "warmup_s", "tasks_per_hour"):
+        failed.pop(key, None)
+    failed.update(failure_kind="no_kv_cache_memory", infeasible=True, wall_s=42.0)
+    table = GridTable(data)
+    backend = ReplayBackend(table, 1, random.Random(0))
+    study = optuna.create_study(direction="maximize")
+    trial = study.ask()
+    make = request_factory(table.preset, model_path="recorded", cache_dir=Path("."))
+    backend.submit(0, make(trial, failed["params"]))
+    (done,) = backend.wait(1.0)
+    assert done.result is not None
+    assert done.result.infeasible and done.result.failure_kind == "no_kv_cache_memory"
+    assert backend.clock == pytest.approx(42.0)
