@@ -11,7 +11,12 @@ module turns that table into trials a study can run again, with noise, in micros
   in one run splits into the config's mean for that task, a factor shared by the whole run (load
   on the box) and a per-task residual. A replayed run draws one recorded run factor and one
   recorded residual per task (resampling, scaled by sqrt(n/(n-1)) because residuals from n runs
-  around their own mean are that much too small). Nothing is assumed Gaussian.
+  around their own mean are that much too small). Nothing is assumed Gaussian. Until some
+  config has been recorded twice, a replayed run resamples its config's recorded tasks instead
+  (outcome and duration together, as `score_tasks`' interval does): wider, since it adds the
+  task mix that every config shares.
+- **Partial grids.** While the recording runs, only the KV cache sizes whose configs are all
+  recorded (and that hold the baseline's) are replayed (`GridTable.partial`).
 - **Schedule.** The workload's closed loop is re-run on the new durations: `agents` agents pull
   tasks in suite order, one at a time, so the completion times (what the pruner sees) follow.
 - **Cost.** Recorded seconds: startup, warm-up, the scored window as replayed, the plain

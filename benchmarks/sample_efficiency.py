@@ -14,13 +14,17 @@ them) the study's answer is what `tuner export` would pick (`tuner.results.expor
   of such a config ("-" when fewer than half the seeds did within 50%).
 
 Searches: tuner's (its sampler and pruner, as shipped), random search (uniform draws, the same
-pruner), and the grid in order (every config in `record_grid.grid` order, none pruned, as a
-sweep would). Goal (issue 12): hit >= 90% at 25% of the grid's cost, above random search.
+pruner), the grid in order (every config in `record_grid.grid` order, none pruned, as a sweep
+would), and `tuner optimize`'s CPU default: the search, then confirmation (`--confirm 1,2`,
+through `tuner.study.confirm`'s own planning and the same loop); its cells also give what the
+answer cost in all. Goal (issue 12): hit >= 90% at 25% of the grid's cost, above random search.
 
-    python benchmarks/sample_efficiency.py [--seeds 100] [--data FILE] [--variants]
+    python benchmarks/sample_efficiency.py [--seeds 100] [--data FILE] [--jobs N] [--variants]
 
-`--variants` also replays the sampler and pruner settings that were compared to choose the
-shipped ones (see docs/decisions.md). Replay mode numbers: load shape, not graded answers.
+`--variants` also replays other sampler and pruner settings (TPE start-up trials, independent
+TPE, no constant liar, GPSampler when SciPy is installed, pruning warm-up and start) to choose
+between them. Replay mode numbers: load shape, not graded answers. An incomplete grid is refused
+(exit 2) unless a complete part of it holds the baseline (see `_replay.GridTable.partial`).
 """
 
 from __future__ import annotations
