@@ -50,6 +50,11 @@ class GpuStudy:
 def study(gpu_out: Path, cache_dir: Path) -> GpuStudy:
     url = f"sqlite:///{gpu_out / 'study.db'}"
     env = {**os.environ, "TUNER_CACHE_DIR": str(cache_dir), "COLUMNS": "200"}
+    if os.environ.get("TUNER_GPU_REUSE") and (gpu_out / "study.db").is_file():
+        # A study already run (and resumed) there by the same commands: read it as it is.
+        texts = sorted(gpu_out.glob("optimize*.txt"))
+        stderr = "".join(t.read_text() for t in texts)
+        return GpuStudy(url, gpu_out, CliRun((), 0, "", stderr), env)
     proc = run_tuner(
         gpu_out,
         "optimize",
