@@ -16,6 +16,7 @@ Mamba-block failure needs a GPU). Behaviour is chosen by environment variables:
 - `FAKE_VLLM_SPEC=1`: count speculative drafts, as a server with a speculative config would.
 - `FAKE_VLLM_TOKEN_DELAY_S` (default 0): seconds per output token before answering (a slow
   server, for pruning tests).
+- `FAKE_VLLM_ACCESS_LOG=1`: log every request as vLLM's uvicorn does (fault tests read phases).
 - `FAKE_VLLM_SPEC_SPEEDUP` (default 1): a server started with `--speculative-config` divides
   that delay by this (a speculative config that is faster).
 - `FAKE_VLLM_CHANGE_OUTPUTS=1`: a server started with `--speculative-config` answers greedy
@@ -181,8 +182,12 @@ def _make_handler(state: _State) -> type[BaseHTTPRequestHandler]:
         protocol_version = "HTTP/1.1"
 
         def log_message(self, format: str, *args: Any) -> None:
-            # vLLM logs each request at INFO; keep the fake's log short instead.
-            pass
+            # vLLM logs each request at INFO; keep the fake's log short instead, unless a
+            # test reads the phases of a trial from it (FAKE_VLLM_ACCESS_LOG=1, uvicorn's form).
+            if os.environ.get("FAKE_VLLM_ACCESS_LOG") == "1" and format.startswith('"%s"'):
+                request, code = args[0], args[1]
+                sys.stderr.write(f'INFO:     {self.client_address[0]} - "{request}" {code}\n')
+                sys.stderr.flush()
 
         def _send(self, status: int, body: bytes, content_type: str) -> None:
             self.send_response(status)
