@@ -106,7 +106,7 @@ def phase_of(log: Path) -> str:
         return "warmup" if posts_after[0] else "ready"
     if len(metrics) == 2:
         return "scored" if posts_after[1] else "warmup-done"
-    return "benchmark" if posts_after[2] > PROBE_PROMPTS + 1 else "probe"
+    return "benchmark" if posts_after[2] > PROBE_PROMPTS else "probe"
 
 
 def wait_gone(groups: list[dict[str, int]], timeout_s: float) -> float:

@@ -2,14 +2,12 @@
 
 - The API server SIGKILLed during the scored tasks: that trial fails, saying the server was
   killed and after how many answered requests; the study goes on to its next trial.
-- The Ray worker (the actor process that launched the server) SIGKILLed mid-trial: its server
-  goes with it (the supervisor), the trial is re-queued once and measured by a new worker.
 - A server that dies at its first request (the tiny hybrid model with prefix caching on the
   CPU build): the trial is infeasible, with vLLM's own error line.
 - A server with a shorter context than the workload's conversations: the failed tasks say why,
   with both numbers, in `tuner workload run`'s output and in the returned records.
 
-Real vLLM CPU, real Ray, SQLite files.
+Real vLLM CPU, real Ray, SQLite files; about 6 server starts.
 """
 
 from __future__ import annotations
@@ -26,7 +24,7 @@ import pytest
 from optuna.trial import TrialState
 
 from tests.faults.conftest import Box, optimize_argv, phase_of, short_space, wait_gone
-from tests.faults.tally import measure, tally
+from tests.faults.tally import tally
 from tuner.server import Launcher, ServerSpec
 from tuner.server.reaper import group_members
 from tuner.storage import Store
@@ -102,37 +100,6 @@ def test_server_killed_mid_workload_fails_its_trial_and_the_study_goes_on(
     assert not box.servers()
 
 
-def test_ray_worker_killed_mid_trial_is_requeued_once(tmp_path: Path, box: Box) -> None:
-    url = f"sqlite:///{tmp_path / 'workerkill.db'}"
-    argv = optimize_argv(short_space(tmp_path), url, "workerkill", 1)
-    driver = subprocess.Popen(
-        argv, env=box.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    group = _wait(box, driver, "warmup", 1)
-    worker = int(group["owner_pid"])
-    assert "ray" in _cmdline(worker).lower() or "default_worker" in _cmdline(worker)
-    os.kill(worker, signal.SIGKILL)
-    gone_s = wait_gone([group], 60)
-    measure("ray_worker_kill_server_gone_s", round(gone_s, 2))
-    assert gone_s < 15, f"the killed worker's server lived {gone_s} s"
-    out, err = driver.communicate(timeout=900)
-    assert driver.returncode == 0, out + err
-
-    trials = _trials(url, "workerkill")
-    crashed = [t for t in trials if t.user_attrs.get(TrialAttr.FAILURE_KIND) == "worker_crashed"]
-    done = [t for t in trials if t.state == TrialState.COMPLETE]
-    ok = len(crashed) == 1 and len(done) == 1 and done[0].params == crashed[0].params
-    tally("fault", ok and gone_s < 15)
-    assert len(crashed) == 1, [(t.number, t.state, t.user_attrs) for t in trials]
-    assert len(done) == 1 and done[0].params == crashed[0].params
-    assert done[0].user_attrs[TrialAttr.REQUEUED_FROM] == crashed[0].number
-    store = Store(url)
-    try:
-        assert store.trial_numbers("workerkill") == [done[0].number]
-    finally:
-        store.close()
-
-
 def test_server_dying_at_its_first_request_is_infeasible_with_vllms_line(
     tmp_path: Path, box: Box, tiny_hybrid_path: Path
 ) -> None:
@@ -142,17 +109,32 @@ def test_server_dying_at_its_first_request_is_infeasible_with_vllms_line(
         load_format="dummy", enable_prefix_caching=True,
         server_env={"VLLM_USE_AOT_COMPILE": "0"},
     )  # fmt: skip
-    space = short_space(tmp_path, preset="tiny-hybrid-mtp", model=model)
+    # One config without speculation (the baseline, first) and one with MTP: vLLM runs the
+    # Triton kernel that the CPU build lacks only for a hybrid model with prefix caching and
+    # speculative decoding (the "align" Mamba cache mode's fused postprocess).
+    space = short_space(
+        tmp_path,
+        preset="tiny-hybrid-mtp",
+        model=model,
+        space={
+            "methods": ["none", "mtp"],
+            "num_speculative_tokens": {"low": 1, "high": 1},
+            "kv_cache_memory_bytes": [500_000_000],
+            "max_num_seqs": [4],
+        },
+    )
     url = f"sqlite:///{tmp_path / 'firstrequest.db'}"
     proc = subprocess.run(
-        optimize_argv(space, url, "firstrequest", 1),
+        optimize_argv(space, url, "firstrequest", 2),
         env=box.env,
         capture_output=True,
         text=True,
         timeout=900,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    (trial,) = _trials(url, "firstrequest")
+    baseline, trial = _trials(url, "firstrequest")
+    assert baseline.state == TrialState.COMPLETE and baseline.value, baseline.user_attrs
+    assert trial.params["method"] == "mtp"
     reason = str(trial.user_attrs.get(TrialAttr.FAILURE_REASON))
     ok = (
         trial.state == TrialState.COMPLETE

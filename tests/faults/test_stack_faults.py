@@ -1,5 +1,7 @@
-"""Faults of the storage under a running study: Postgres restarted, the disk under SQLite full.
+"""Faults of what runs around the server: the Ray worker, Postgres, the disk under SQLite.
 
+- The Ray worker (the actor process that launched the server) SIGKILLed mid-trial: its server
+  goes with it (the supervisor), the trial is re-queued once and measured by a new worker.
 - Postgres restarted (`pg_ctlcluster ... restart`) while a trial runs: the driver waits the
   restart out (pooled connections pinged, refused connects retried) and finishes the study;
   nothing lost, nothing stored twice.
@@ -7,14 +9,20 @@
   line on stderr (exit 2), leaves no vLLM process, and once space is back the database opens,
   passes SQLite's integrity check, and the same command finishes the study.
 
-Real vLLM CPU, real Ray, the real Postgres server, a real tmpfs (root only).
+Real Ray, the real Postgres server, a real tmpfs (root only), and the named fake vLLM server
+(tuner/testing/fake_vllm.py, slowed to about 20 s per trial): these faults are in the layers
+around the server, which a real one would only make a minute slower per start; the real
+server's own faults and its process group are tested in test_server_faults.py and
+test_driver_kill.py.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -29,8 +37,28 @@ from sqlalchemy.pool import NullPool
 from tests.faults.conftest import Box, optimize_argv, phase_of, short_space, wait_gone
 from tests.faults.tally import measure, tally
 from tuner.storage import Store
+from tuner.study.attrs import TrialAttr
 
-pytestmark = [pytest.mark.vllm, pytest.mark.faults]
+pytestmark = [pytest.mark.ray, pytest.mark.faults]
+
+
+@pytest.fixture
+def fake_box(box: Box) -> Box:
+    """The box with the fake server in place of vLLM, logging its requests, slowed down."""
+    env = {
+        **box.env,
+        "TUNER_VLLM_COMMAND": f"{sys.executable} -m tuner.testing.fake_vllm",
+        "FAKE_VLLM_ACCESS_LOG": "1",
+        "FAKE_VLLM_TOKEN_DELAY_S": "0.02",
+    }
+    return Box(box.cache, env)
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
 
 
 def _wait_phase(box: Box, driver: subprocess.Popen[str], phase: str) -> dict[str, int]:
@@ -42,6 +70,38 @@ def _wait_phase(box: Box, driver: subprocess.Popen[str], phase: str) -> dict[str
             return max(servers, key=lambda s: s["started_at"])
         time.sleep(0.2)
     raise AssertionError(f"no server reached {phase}")
+
+
+def test_ray_worker_killed_mid_trial_is_requeued_once(tmp_path: Path, fake_box: Box) -> None:
+    url = f"sqlite:///{tmp_path / 'workerkill.db'}"
+    argv = optimize_argv(short_space(tmp_path), url, "workerkill", 1)
+    driver = subprocess.Popen(
+        argv, env=fake_box.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    box = fake_box
+    group = _wait_phase(box, driver, "warmup")
+    worker = int(group["owner_pid"])
+    assert "ray" in _cmdline(worker).lower() or "default_worker" in _cmdline(worker)
+    os.kill(worker, signal.SIGKILL)
+    gone_s = wait_gone([group], 60)
+    measure("ray_worker_kill_server_gone_s", round(gone_s, 2))
+    assert gone_s < 15, f"the killed worker's server lived {gone_s} s"
+    out, err = driver.communicate(timeout=900)
+    assert driver.returncode == 0, out + err
+
+    trials = optuna.load_study(study_name="workerkill", storage=url).get_trials()
+    crashed = [t for t in trials if t.user_attrs.get(TrialAttr.FAILURE_KIND) == "worker_crashed"]
+    done = [t for t in trials if t.state == TrialState.COMPLETE]
+    ok = len(crashed) == 1 and len(done) == 1 and done[0].params == crashed[0].params
+    tally("fault", ok and gone_s < 15)
+    assert len(crashed) == 1, [(t.number, t.state, t.user_attrs) for t in trials]
+    assert len(done) == 1 and done[0].params == crashed[0].params
+    assert done[0].user_attrs[TrialAttr.REQUEUED_FROM] == crashed[0].number
+    store = Store(url)
+    try:
+        assert store.trial_numbers("workerkill") == [done[0].number]
+    finally:
+        store.close()
 
 
 @pytest.fixture
@@ -83,9 +143,11 @@ def _pg_restart() -> float:
     return time.monotonic() - t0
 
 
+@pytest.mark.postgres
 def test_postgres_restarted_mid_study_is_waited_out(
-    own_postgres_db: str, tmp_path: Path, box: Box
+    own_postgres_db: str, tmp_path: Path, fake_box: Box
 ) -> None:
+    box = fake_box
     url = own_postgres_db
     argv = optimize_argv(short_space(tmp_path), url, "pgrestart", 1)
     driver = subprocess.Popen(
@@ -133,8 +195,9 @@ def _fill(disk: Path) -> Path:
 
 
 def test_full_disk_under_sqlite_is_one_clear_error_and_the_database_survives(
-    small_disk: Path, tmp_path: Path, box: Box
+    small_disk: Path, tmp_path: Path, fake_box: Box
 ) -> None:
+    box = fake_box
     db = small_disk / "study.db"
     url = f"sqlite:///{db}"
     argv = optimize_argv(short_space(tmp_path), url, "diskfull", 1)
