@@ -169,11 +169,7 @@ def test_context_too_long_says_why_per_task_in_the_cli_and_the_records(
         )  # fmt: skip
         settings = WorkloadSettings(
             tasks=4, agents=2, warmup_tasks=0, tool_protocol="text", tool_latency_s=0.0,
-            shape=SuiteShape.model_validate(
-                {**SuiteShape.default().model_dump(), "shared_prefix_tokens": 1024,
-                 "steps_min": 3, "steps_max": 6, "steps_median": 4.0,
-                 "max_context_tokens": 3072}
-            ),
+            shape=SuiteShape.cpu_small(),
         )  # fmt: skip
         record = run_workload_sync(
             handle.base_url, "smollm2", settings, tokenizer=str(smollm2_path)
@@ -193,4 +189,13 @@ def test_context_too_long_says_why_per_task_in_the_cli_and_the_records(
         assert "maximum context length is 1536 tokens" in reason, reason
         assert "input tokens" in reason, reason  # the request's own count
     assert "failed" in proc.stdout and "maximum context length is 1536 tokens" in proc.stdout
+    # Stored as the driver stores a trial's workload: the reasons come back from the database.
+    store = Store(f"sqlite:///{tmp_path / 'records.db'}")
+    try:
+        store.add_workload_run("ctx", 0, record)
+        (stored,) = store.workload_runs("ctx", with_tasks=True)
+        back = [t.failure_reason for t in stored.record.task_records if not t.success]
+    finally:
+        store.close()
+    assert back == [t.failure_reason for t in refused]
     assert not box.servers()
