@@ -237,7 +237,9 @@ def recover(study: optuna.Study, store: Store | None) -> list[int]:
         ):
             recovered.append(t.number)
     running = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
-    optuna.storages.fail_stale_trials(study)  # other hosts' dead drivers, by heartbeat
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.storages.fail_stale_trials(study)  # other hosts' dead drivers, by heartbeat
     still = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
     recovered.extend(sorted(running - still))
     sweep(study, store)
