@@ -7,7 +7,7 @@ import tuner.server
 
 def test_public_surface() -> None:
     public = {name for name in dir(tuner.server) if not name.startswith("_")}
-    submodules = {"facts", "failures", "launcher", "reaper", "spec"}
+    submodules = {"crashes", "facts", "failures", "knobs", "launcher", "reaper", "spec"}
     assert public - submodules == set(tuner.server.__all__)
     assert set(tuner.server.__all__) == {
         "SPECULATIVE_METHODS",
