@@ -79,7 +79,8 @@ def _take_group_down(grace_s: float) -> None:
 def _exit_like(status: int) -> None:
     """Exit with the child's status: its code, or the signal that killed it."""
     if status < 0:
-        signal.signal(-status, signal.SIG_DFL)
+        if -status not in (signal.SIGKILL, signal.SIGSTOP):  # these have no handler to reset
+            signal.signal(-status, signal.SIG_DFL)
         os.kill(os.getpid(), -status)
         time.sleep(1.0)  # the signal is delivered before this ends
         sys.exit(128 - status)
