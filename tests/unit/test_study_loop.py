@@ -201,3 +201,18 @@ def test_infeasible_configs_count_and_carry_a_positive_constraint(preset: Preset
     for t in infeasible:
         assert t.state == TrialState.COMPLETE and t.value == 0.0
         assert t.system_attrs["constraints:fits_on_card"] == 1.0
+
+
+def test_the_run_ends_with_one_line_saying_why_it_stopped_short(preset: Preset) -> None:
+    from tuner.study.driver import _summary
+
+    small = preset.model_copy(
+        update={"space": preset.space.model_copy(update={"methods": ("none",)})}
+    )
+    study = _new()
+    outcome, _ = _run(study, small, 10)
+    summary = _summary(study, outcome)
+    assert summary.finished == 6 and summary.target == 10
+    assert summary.note == (
+        "all 6 distinct configurations of this space are measured; stopped at 6 of 10 trials"
+    )
