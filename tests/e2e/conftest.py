@@ -67,6 +67,8 @@ def cpu_study(
     url = f"sqlite:///{db}"
     # Seed 3 samples ngram candidates with a smaller KV cache than the baseline's after it,
     # which `tuner explain` needs (the first trials after the baseline are random draws).
-    proc = run_optimize(url, "cpu-e2e", cache_dir, N_TRIALS, "--seed", "3")
+    # One confirmation round of the best candidate and the baseline (two more real starts)
+    # exercises the stage on the real build and gives the correctness probe its floor.
+    proc = run_optimize(url, "cpu-e2e", cache_dir, N_TRIALS, "--seed", "3", "--confirm", "1,1")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     yield CpuStudy(url, "cpu-e2e", cache_dir, proc.stdout)

@@ -171,7 +171,7 @@ def test_report_of_the_real_study_is_filled_from_measurements(
     rows = {row[0]: dict(zip(table.columns, row, strict=True)) for row in table.rows}
     always = [
         "KV cache tokens",
-        "solved",
+        "completed",  # replay: tasks complete, nobody grades them
         "successful tasks/h [interval]",
         "prompt tokens from cache",
         "reuse: all",
@@ -225,3 +225,31 @@ def test_dashboard_shows_the_real_study(cpu_study: CpuStudy, tmp_path: Path) -> 
         shot = tmp_path / "dashboard.png"
         render_in_chromium(f"{base}/dashboard/studies/1", tmp_path, screenshot=shot)
     assert_screenshot_shows_a_page(shot)
+
+
+def test_the_confirmation_stage_ran_on_the_real_build(cpu_study: CpuStudy) -> None:
+    from tuner.results.decision import judge_study
+
+    results = load_results(cpu_study.storage_url, cpu_study.study_name)
+    runs = [t for t in results.trials if t.role == "confirm"]
+    # One round: the baseline and the best candidate, each a fresh server start.
+    assert [(t.confirm_of, t.confirm_round) for t in runs][:1] == [(0, 0)]
+    assert len(runs) == 2 and all(t.feasible for t in runs)
+    assert all(t.probe is not None and len(t.probe.outputs) == 16 for t in runs)
+    (confirmed,) = [v for v in judge_study(results).values() if v.confirmed]
+    assert confirmed.paired is not None and confirmed.paired.rounds == 1
+    # The second baseline start gives the probe's floor: greedy answers of two starts of the
+    # same server, compared token by token.
+    assert confirmed.outputs is not None and confirmed.outputs.floor is not None
+    assert 0.0 < confirmed.outputs.floor <= 1.0
+    table = config_table(results)
+    row = dict(
+        zip(
+            table.columns,
+            table.rows[[r[0] for r in table.rows].index(f"#{confirmed.trial.number}")],
+            strict=True,
+        )
+    )
+    assert row["search-time vs confirmed tasks/h"].endswith("(1 run)")
+    text = render_export(choose_export(results))
+    assert "# workload mode: replay (load shape: answers not graded)" in text

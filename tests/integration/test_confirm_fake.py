@@ -110,7 +110,7 @@ def test_confirmation_reruns_interleaved_and_a_lossy_winner_is_not_exported(
     optimize(preset, options)  # the baseline
     study = open_study(preset, options)
     study.enqueue_trial(NGRAM, user_attrs={TrialAttr.ROLE: "candidate"})
-    optimize(preset, OptimizeOptions(**{**options.__dict__, "n_trials": 2}))
+    optimize(preset, options)  # --n-trials counts per run: this one runs the queued n-gram
 
     summary = confirm_study(options, ConfirmPlan(k=1, rounds=2))
     assert summary.configs == (0, 1) and summary.queued == 4
