@@ -80,25 +80,32 @@ def _floor_s(settings: WorkloadSettings, calls: int) -> float:
     return calls * mean_tool_latency_s(settings.tool_latency_s) / settings.agents
 
 
+def _calls_per_task(settings: WorkloadSettings, count: int) -> list[int]:
+    # Task i depends on (seed, i) alone, so the first n of a longer set are the n-task set.
+    bigger = settings.model_copy(update={"tasks": count})
+    return [len(t.calls) for t in build_task_set(bigger)]
+
+
 def size_workload(settings: WorkloadSettings) -> Sizing:
-    """The scored window's lower bound for `settings`, and the tasks both rules need."""
-    tasks = build_task_set(settings)
-    calls = sum(len(t.calls) for t in tasks)
-    floor = _floor_s(settings, calls)
+    """The scored window's lower bound for `settings`, and the fewest tasks both rules need."""
+    calls = _calls_per_task(settings, settings.tasks)
+    floor = _floor_s(settings, sum(calls))
     needed = max(settings.tasks, min_tasks(settings.agents))
     if floor < MIN_SCORED_S:
-        if calls == 0 or settings.tool_latency_s <= 0:
+        if sum(calls) == 0 or settings.tool_latency_s <= 0:
             needed = max(needed, settings.tasks + 1)  # no task count can reach the floor
         else:
-            # Tasks are alike on average: scale, then confirm on the real, larger task set.
-            needed = max(needed, math.ceil(settings.tasks * MIN_SCORED_S / floor))
-            while True:
-                bigger = settings.model_copy(update={"tasks": needed})
-                calls_needed = sum(len(t.calls) for t in build_task_set(bigger))
-                if _floor_s(settings, calls_needed) >= MIN_SCORED_S:
+            # Tasks are alike on average: scale up (with room), then take the exact prefix.
+            count = math.ceil(settings.tasks * MIN_SCORED_S / floor * 1.2) + 1
+            while _floor_s(settings, sum(calls := _calls_per_task(settings, count))) < MIN_SCORED_S:
+                count *= 2
+            total = 0
+            for n, c in enumerate(calls, start=1):
+                total += c
+                if _floor_s(settings, total) >= MIN_SCORED_S:
+                    needed = max(needed, n)
                     break
-                needed = math.ceil(needed * 1.05) + 1
-    return Sizing(settings.tasks, settings.agents, calls, floor, needed)
+    return Sizing(settings.tasks, settings.agents, sum(calls[: settings.tasks]), floor, needed)
 
 
 def check_sizing(settings: WorkloadSettings, *, where: str) -> Sizing:
