@@ -228,11 +228,11 @@ def _search(
         prune_rule=search.prune,
         sampler_factory=search.sampler or make_sampler,
     )
-    StudyLoop(study, preset, backend, _MAKE_REQUEST(preset), settings).run()
+    StudyLoop(study, preset, backend, _request_factory(preset), settings).run()
     return study, backend
 
 
-def _MAKE_REQUEST(preset: Any) -> Any:
+def _request_factory(preset: Any) -> Any:
     # The driver's own request factory: the preset's server spec, workload and plain benchmark.
     return request_factory(preset, model_path="recorded", cache_dir=Path("."))
 
@@ -275,7 +275,7 @@ def _run_confirmed(table: GridTable, search: Search, slots: int, seed: int) -> S
         study, backend = _search(table, search, slots, seed, budget)
         queue_rounds(study, plan_confirmation(study.get_trials(deepcopy=False), k), rounds)
         settings = LoopSettings(n_trials=None, seed=seed, prune_rule=search.prune)
-        StudyLoop(study, table.preset, backend, _MAKE_REQUEST(table.preset), settings).run()
+        StudyLoop(study, table.preset, backend, _request_factory(table.preset), settings).run()
         trials = {t.number: t for t in study.get_trials(deepcopy=False)}
         hits.append(_exported_near_best(table, trials, backend.results, sorted(backend.spans)))
         spent.append(backend.spent(backend.clock) / grid_cost)
