@@ -5,7 +5,13 @@
 
 from __future__ import annotations
 
+import logging
+import os
+import shutil
 import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
@@ -87,30 +93,34 @@ def optimize_cmd(
         show_progress=sys.stderr.isatty(),
     )
     console.print(f"study {options.study_name or preset.study_name} on {masked(url)}")
-    summary = optimize(preset, options)
-    table = Table(title=f"study {summary.study_name}")
-    table.add_column("finished trials")
-    table.add_column("states")
-    table.add_column("best")
-    best = (
-        f"trial {summary.best_number}: {summary.best_value:.1f} tasks/h "
-        f"({describe_params(summary.best_params)})"
-        if summary.best_number is not None
-        else "none yet"
-    )
-    states = ", ".join(f"{k.lower()} {v}" for k, v in sorted(summary.states.items()))
-    table.add_row(str(summary.finished), states, best)
-    console.print(table)
-    if summary.recovered:
-        console.print(f"re-queued interrupted trials: {list(summary.recovered)}")
-    if summary.note:  # e.g. the space is exhausted, or an unfinished run was continued
-        console.print(summary.note)
-    _confirm_and_print(replace(options, study_name=summary.study_name), plan)
-    if preset.load_sweep:  # only when the preset asks: the sweep restarts every finalist
-        from tuner.cli.sweep import sweep_after_optimize
+    # One local Ray for the search and the confirmation stage: each would otherwise start and
+    # stop its own in this process. In one CPU run, the confirmation's first run was
+    # interrupted just after the search's Ray had shut down (the next run resumed it).
+    with _one_ray(ray_address):
+        summary = optimize(preset, options)
+        table = Table(title=f"study {summary.study_name}")
+        table.add_column("finished trials")
+        table.add_column("states")
+        table.add_column("best")
+        best = (
+            f"trial {summary.best_number}: {summary.best_value:.1f} tasks/h "
+            f"({describe_params(summary.best_params)})"
+            if summary.best_number is not None
+            else "none yet"
+        )
+        states = ", ".join(f"{k.lower()} {v}" for k, v in sorted(summary.states.items()))
+        table.add_row(str(summary.finished), states, best)
+        console.print(table)
+        if summary.recovered:
+            console.print(f"re-queued interrupted trials: {list(summary.recovered)}")
+        if summary.note:  # e.g. the space is exhausted, or an unfinished run was continued
+            console.print(summary.note)
+        _confirm_and_print(replace(options, study_name=summary.study_name), plan)
+        if preset.load_sweep:  # only when the preset asks: the sweep restarts every finalist
+            from tuner.cli.sweep import sweep_after_optimize
 
-        sweep_after_optimize(url, options.cache_dir, summary.study_name, preset.load_sweep)
-    console.print("next: tuner export (best vllm serve command), tuner report, tuner dashboard")
+            sweep_after_optimize(url, options.cache_dir, summary.study_name, preset.load_sweep)
+        console.print("next: tuner export (best vllm serve command), tuner report, tuner dashboard")
 
 
 def _confirm_and_print(options: Any, plan: Any) -> None:
@@ -190,3 +200,27 @@ def _study_is_cpu(storage: str | None, study: str, settings: Any) -> bool:
         return False  # confirm_study says the study does not exist, in one line
     preset = loaded.user_attrs.get(StudyAttr.PRESET) or {}
     return bool(preset.get("gpu", {}).get("cpu"))
+
+
+@contextmanager
+def _one_ray(address: str | None) -> Iterator[None]:
+    """A local Ray instance for the whole command (the driver joins it; none when joining one)."""
+    import ray
+
+    if address or ray.is_initialized():
+        yield
+        return
+    tmp = Path(tempfile.mkdtemp(prefix="tuner-ray-", dir="/tmp" if Path("/tmp").is_dir() else None))  # noqa: S108
+    ray.init(
+        address="local",
+        num_cpus=os.cpu_count() or 1,
+        include_dashboard=False,
+        log_to_driver=False,
+        logging_level=logging.WARNING,
+        _temp_dir=str(tmp),  # short and private: Ray's socket paths stay under 107 bytes
+    )
+    try:
+        yield
+    finally:
+        ray.shutdown()
+        shutil.rmtree(tmp, ignore_errors=True)
