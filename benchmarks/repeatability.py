@@ -154,7 +154,7 @@ def _figures(runs: dict[str, list[TrialResult]], workload: dict[str, Any]) -> di
             for m in [match_rates(first, p.outputs)]  # type: ignore[union-attr]
         ]
         ngram = [sum(m) / len(m) for p in probes_b for m in [match_rates(first, p.outputs)]]  # type: ignore[union-attr]
-        check = judge_outputs(first, probes_b[0].outputs, probes_a[1].outputs)  # type: ignore[union-attr]
+        check = judge_outputs(first, probes_b[0].outputs, *(p.outputs for p in probes_a[1:]))  # type: ignore[union-attr]
         out["probe"] = {
             "prompts": len(first),
             "ngram_match": ngram,

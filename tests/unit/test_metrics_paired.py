@@ -92,5 +92,11 @@ def test_judge_outputs_against_the_floor() -> None:
     assert "changes outputs" in check.describe()
     same = judge_outputs(base, second, second)
     assert not same.changes_outputs
+    # Several restarts of the baseline: each prompt's floor is their mean match.
+    third = [list(b) for b in base]
+    third[1][2] = -1
+    two = judge_outputs(base, changed, second, third)
+    assert two.floor == pytest.approx(1 - (0.25 + 0.5) / 2 / 16)
+    assert two.changes_outputs
     # Without a second baseline start there is no floor, and nothing is flagged.
     assert not judge_outputs(base, changed).changes_outputs

@@ -85,20 +85,27 @@ MIN_GAP = 0.05
 def judge_outputs(
     baseline: Sequence[Tokens],
     candidate: Sequence[Tokens],
-    second_baseline: Sequence[Tokens] | None = None,
-    *,
+    *more_baselines: Sequence[Tokens],
     resamples: int = 2000,
     seed: int = 0,
 ) -> OutputCheck:
-    """Is the candidate's match with the baseline clearly below the floor of two baseline starts?
+    """Is the candidate's match with the baseline clearly below the floor of baseline restarts?
 
-    Without a second baseline start there is no floor and nothing is flagged.
+    Args:
+        baseline: The baseline's answers (the reference).
+        candidate: The candidate's answers, same prompts.
+        *more_baselines: Answers of later starts of the baseline server; each prompt's floor is
+            their mean match with the reference. Without any there is no floor and nothing is
+            flagged.
+        resamples: Bootstrap resamples over the prompts.
+        seed: Seed of the resampling.
     """
     cand = match_rates(baseline, candidate)
     match = sum(cand) / len(cand) if cand else 1.0
-    if second_baseline is None or not cand:
+    if not more_baselines or not cand:
         return OutputCheck(match, None, None, False, len(cand))
-    floor_rates = match_rates(baseline, second_baseline)
+    per_start = [match_rates(baseline, other) for other in more_baselines]
+    floor_rates = [sum(rates) / len(rates) for rates in zip(*per_start, strict=True)]
     diffs = [c - f for c, f in zip(cand, floor_rates, strict=False)]
     floor = sum(floor_rates) / len(floor_rates)
     rng = random.Random(seed)

@@ -110,10 +110,9 @@ def _outputs(results: StudyResults, t: TrialRow, base: TrialRow) -> OutputCheck 
     probe = t.probe or next((r.probe for r in results.confirm_runs(t.number) if r.probe), None)
     if reference is None or probe is None:
         return None
-    second = next((r.probe for r in results.confirm_runs(base.number) if r.probe), None)
-    return judge_outputs(
-        reference.outputs, probe.outputs, second.outputs if second is not None else None
-    )
+    # Every later start of the baseline (its confirmation runs) adds to the floor.
+    restarts = [r.probe.outputs for r in results.confirm_runs(base.number) if r.probe]
+    return judge_outputs(reference.outputs, probe.outputs, *restarts)
 
 
 def _success_drop(results: StudyResults, t: TrialRow, base: TrialRow) -> float | None:
