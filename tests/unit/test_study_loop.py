@@ -216,3 +216,28 @@ def test_the_run_ends_with_one_line_saying_why_it_stopped_short(preset: Preset) 
     assert summary.note == (
         "all 6 distinct configurations of this space are measured; stopped at 6 of 10 trials"
     )
+
+
+def test_a_stop_request_interrupts_cleanly_and_requeues_the_running_trial(
+    preset: Preset,
+) -> None:
+    study = _new()
+    holder: list[StudyLoop] = []
+
+    def script(params: dict[str, Any]) -> ScriptedRun:
+        if len(backend.submitted) == 2:  # what SIGTERM's handler does, during the 2nd trial
+            holder[0].stop_requested = True
+        return ScriptedRun()
+
+    backend = ScriptedBackend(script)
+    make = request_factory(preset, model_path="scripted", cache_dir=Path("/nonexistent"))
+    loop = StudyLoop(study, preset, backend, make, LoopSettings(n_trials=4))
+    holder.append(loop)
+    with pytest.raises(KeyboardInterrupt):
+        loop.run()
+    loop.abandon()
+    first, second, requeued = study.get_trials()
+    assert first.state == TrialState.COMPLETE
+    assert second.state == TrialState.FAIL
+    assert second.user_attrs[TrialAttr.FAILURE_KIND] == "interrupted"
+    assert requeued.state == TrialState.WAITING and requeued.params == second.params

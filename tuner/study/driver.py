@@ -22,6 +22,7 @@ import shutil
 import signal
 import socket
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -209,6 +210,16 @@ def _raise_interrupt(_signum: int, _frame: object) -> None:
     raise _Interrupted()
 
 
+def _stop_loop(loop: StudyLoop) -> Callable[[int, object], None]:
+    """A handler that asks the loop to stop: an exception raised inside Ray's C++ `wait`
+    surfaces as a SystemError and skips the clean stop, so the loop raises it itself."""
+
+    def handler(_signum: int, _frame: object) -> None:
+        loop.stop_requested = True
+
+    return handler
+
+
 def optimize(preset: Preset, options: OptimizeOptions) -> StudySummary:
     """Run the study until this run's `n_trials` trials that started a server have finished.
 
@@ -238,6 +249,7 @@ def _run(preset: Preset, options: OptimizeOptions, *, budgeted: bool) -> StudySu
     backend: RayBackend | None = None
     store: Store | None = None
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    previous_int = signal.getsignal(signal.SIGINT)
     try:
         store = Store(options.storage_url)
         store.engine  # migrate tuner's tables before Optuna touches the database  # noqa: B018
@@ -265,14 +277,18 @@ def _run(preset: Preset, options: OptimizeOptions, *, budgeted: bool) -> StudySu
             store=store,
             display=display,
         )
+        signal.signal(signal.SIGTERM, _stop_loop(loop))
+        signal.signal(signal.SIGINT, _stop_loop(loop))
         try:
             with display:
                 outcome = loop.run()
         except (KeyboardInterrupt, _Interrupted):
+            signal.signal(signal.SIGINT, previous_int)
             loop.abandon()
             raise KeyboardInterrupt() from None
     finally:
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
         if backend is not None:
             backend.close()
         reap_orphans(options.cache_dir / "run")

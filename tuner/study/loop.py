@@ -130,6 +130,7 @@ class StudyLoop:
         self.inflight: dict[int, _Running] = {}
         self.reported: dict[int, int] = {}
         self.target: int | None = None
+        self.stop_requested = False  # SIGTERM/SIGINT handlers set it; run() stops cleanly
         self.exhausted = False
         self._trials_cache: list[FrozenTrial] | None = None
         self._deadline: float | None = None
@@ -154,6 +155,9 @@ class StudyLoop:
         self.display.total = self.target if self.target is not None else len(self._waiting())
         self.display.update(finished=self._done())
         while True:
+            if self.stop_requested:
+                # Set by a signal handler: raised here, between calls, never inside Ray's wait.
+                raise KeyboardInterrupt()
             self._beat()
             busy = {r.slot for r in self.inflight.values()}
             for slot in range(self.backend.slots):
