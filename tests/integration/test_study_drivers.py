@@ -78,7 +78,7 @@ def test_two_drivers_share_one_study(postgres_url: str, tmp_path: Path) -> None:
     }
     argv = [
         sys.executable, "-m", "tuner.cli", "optimize", "--space", str(space), "--storage",
-        postgres_url, "--study", "shared", "--n-trials", str(N_TRIALS),
+        postgres_url, "--study", "shared", "--n-trials", str(N_TRIALS), "--confirm", "0",
     ]  # fmt: skip
 
     def start() -> subprocess.Popen[str]:
