@@ -49,7 +49,7 @@ def _space(tmp_path: Path) -> Path:
 def _argv(space: Path, url: str) -> list[str]:
     return [
         sys.executable, "-m", "tuner.cli", "optimize", "--space", str(space), "--storage", url,
-        "--study", "kill", "--n-trials", str(N_TRIALS),
+        "--study", "kill", "--n-trials", str(N_TRIALS), "--confirm", "0",
     ]  # fmt: skip
 
 
