@@ -11,6 +11,8 @@ from pathlib import Path
 from tuner.server.launcher import _SUPERVISOR
 from tuner.server.reaper import group_members
 
+STUBBORN = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
+
 
 def _supervised(*argv: str) -> list[str]:
     return [sys.executable, "-S", _SUPERVISOR, "5", "--", *argv]
@@ -48,9 +50,9 @@ def test_the_group_goes_when_the_parent_dies_even_if_the_server_ignores_sigterm(
     assert parent.stdout is not None
     pgid = int(parent.stdout.readline())
     deadline = time.monotonic() + 10
-    while len(group_members(pgid)) < 2 and time.monotonic() < deadline:
+    while len(group_members(pgid)) < 3 and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert len(group_members(pgid)) == 2  # supervisor and server
+    assert len(group_members(pgid)) == 3  # supervisor, its watcher and the server
     parent.kill()
     parent.wait()
     parent.stdout.close()
@@ -60,3 +62,28 @@ def test_the_group_goes_when_the_parent_dies_even_if_the_server_ignores_sigterm(
     gone_s = time.monotonic() - began
     assert group_members(pgid) == []
     assert 1.0 <= gone_s < 3.0  # SIGTERM ignored: SIGKILL after the 1 s grace
+
+
+def test_the_group_goes_when_the_owner_kills_the_supervisor_and_dies() -> None:
+    # What Ray does to a dying worker: SIGKILL its direct children (the supervisor), then die.
+    # The server (a grandchild) must still go: the supervisor's forked watcher sees the owner go.
+    owner = subprocess.Popen(
+        [
+            sys.executable, "-c",
+            "import os, subprocess, sys, time; p = subprocess.Popen(sys.argv[1:], "
+            "start_new_session=True); print(p.pid, flush=True); time.sleep(1.0); "
+            "os.kill(p.pid, 9); os._exit(0)",
+            # A server that ignores SIGTERM, as vLLM's API server did while it started.
+            *_supervised(sys.executable, "-c", STUBBORN),
+        ],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert owner.stdout is not None
+    pgid = int(owner.stdout.readline())
+    owner.wait()
+    owner.stdout.close()
+    began = time.monotonic()
+    while group_members(pgid) and time.monotonic() - began < 15:
+        time.sleep(0.05)
+    assert group_members(pgid) == [], "the server outlived its killed supervisor and owner"
+    assert time.monotonic() - began < 8.0  # SIGKILL after the 5 s grace

@@ -19,6 +19,11 @@ actor's executor), which would kill a healthy server. The server child does get
 `PR_SET_PDEATHSIG` (SIGTERM) pointing at us: this process has one thread, and if it is killed
 (OOM killer, a stray SIGKILL) the server still learns it.
 
+Ray SIGKILLs the direct children of a worker process that dies, which the supervisor is (seen
+on the CPU build: the API server and engine core outlived a SIGKILLed driver). So the supervisor
+forks a watcher into the group, a grandchild of the owner that Ray leaves alone, which polls the
+owner's pid and start time and takes the group down when it is gone.
+
 Standard library only, run by path (`python -S supervisor.py`), so it adds milliseconds to a
 start. Usage: `python -S supervisor.py GRACE_S -- ARGV...`.
 """
@@ -87,6 +92,43 @@ def _exit_like(status: int) -> None:
     sys.exit(status)
 
 
+def _start_ticks(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            raw = stat.read()
+    except OSError:
+        return None
+    fields = raw[raw.rfind(")") + 2 :].split()
+    return None if fields[0] == "Z" else fields[19]
+
+
+def _fork_watcher(owner: int, grace_s: float) -> None:
+    """A second watcher in the group, a grandchild of the owner: it outlives us if we are killed.
+
+    Ray SIGKILLs the direct children of a worker process that dies, which is us; the server
+    (our child) would then live on. The watcher polls the owner itself (pid and start time) and
+    takes the group down when it is gone. A stop of the group (SIGTERM) ends it like the rest.
+    """
+    ticks = _start_ticks(owner)
+    if os.getpgrp() != os.getpid():
+        return  # not the leader of a group of our own (run by hand): no group to guard
+    if os.fork() != 0:
+        return
+    try:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        while _start_ticks(owner) == ticks and ticks is not None:
+            if not _others_in_group(os.getpgrp(), os.getpid()):
+                os._exit(0)  # the server group is gone: nothing left to watch
+            time.sleep(_POLL_S)
+        sys.stderr.write(
+            f"tuner supervisor: the tuner process {owner} is gone; stopping the server\n"
+        )
+        _take_group_down(grace_s)
+    finally:
+        os._exit(0)
+
+
 def main(argv: list[str]) -> None:
     """Run `argv` after `GRACE_S --` as our child; see the module docstring."""
     if len(argv) < 3 or argv[1] != "--":
@@ -95,6 +137,7 @@ def main(argv: list[str]) -> None:
     grace_s = float(argv[0])
     parent = os.getppid()
     stopping = False
+    _fork_watcher(parent, grace_s)
 
     def on_stop(_signum: int, _frame: object) -> None:
         nonlocal stopping
