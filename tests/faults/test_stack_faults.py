@@ -10,7 +10,7 @@
   passes SQLite's integrity check, and the same command finishes the study.
 
 Real Ray, the real Postgres server, a real tmpfs (root only), and the named fake vLLM server
-(tuner/testing/fake_vllm.py, slowed to about 20 s per trial): these faults are in the layers
+(tuner/testing/fake_vllm.py, slowed to about a minute per trial): these faults are in the layers
 around the server, which a real one would only make a minute slower per start; the real
 server's own faults and its process group are tested in test_server_faults.py and
 test_driver_kill.py.
@@ -49,7 +49,7 @@ def fake_box(box: Box) -> Box:
         **box.env,
         "TUNER_VLLM_COMMAND": f"{sys.executable} -m tuner.testing.fake_vllm",
         "FAKE_VLLM_ACCESS_LOG": "1",
-        "FAKE_VLLM_TOKEN_DELAY_S": "0.02",
+        "FAKE_VLLM_TOKEN_DELAY_S": "0.1",  # phases of several seconds to hit
     }
     return Box(box.cache, env)
 
