@@ -25,23 +25,6 @@ from tuner.study.space import preset_dir
 from tuner.workload.probe import PROBE_PROMPTS
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Leave the slow `faults` tests out of a plain `pytest` (CI) unless asked for.
-
-    They run with `-m faults` (or any -m naming them), with TUNER_FAULTS=1, or under
-    `benchmarks/faults.py` (which sets TUNER_FAULTS_TALLY): about 23 min of real servers here.
-    """
-    asked = "faults" in (config.getoption("markexpr") or "") or any(
-        os.environ.get(name) for name in ("TUNER_FAULTS", "TUNER_FAULTS_TALLY")
-    )
-    if asked:
-        return
-    slow = [item for item in items if item.get_closest_marker("faults") is not None]
-    if slow:
-        config.hook.pytest_deselected(items=slow)
-        items[:] = [item for item in items if item.get_closest_marker("faults") is None]
-
-
 @dataclass(frozen=True)
 class Box:
     """A test's private cache and the environment a `tuner` subprocess runs in."""
