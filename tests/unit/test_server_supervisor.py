@@ -61,7 +61,9 @@ def test_the_group_goes_when_the_parent_dies_even_if_the_server_ignores_sigterm(
         time.sleep(0.05)
     gone_s = time.monotonic() - began
     assert group_members(pgid) == []
-    assert 1.0 <= gone_s < 3.0  # SIGTERM ignored: SIGKILL after the 1 s grace
+    # SIGTERM ignored: the group outlives the 1 s grace and goes by SIGKILL. The upper bound
+    # is the loop's: a timed bound fails on a loaded machine (benchmarks measure speed).
+    assert gone_s >= 1.0
 
 
 def test_the_group_goes_when_the_owner_kills_the_supervisor_and_dies() -> None:
@@ -86,4 +88,3 @@ def test_the_group_goes_when_the_owner_kills_the_supervisor_and_dies() -> None:
     while group_members(pgid) and time.monotonic() - began < 15:
         time.sleep(0.05)
     assert group_members(pgid) == [], "the server outlived its killed supervisor and owner"
-    assert time.monotonic() - began < 8.0  # SIGKILL after the 5 s grace
