@@ -45,3 +45,33 @@ def test_confirm_on_an_unknown_study_is_one_line(
     assert info.value.code == 2
     err = capsys.readouterr().err
     assert "no study named 'nope'" in err and "Traceback" not in err
+
+
+def test_a_study_with_only_its_baseline_queues_no_confirmation_run(tmp_path: Path) -> None:
+    # `tuner optimize --n-trials 1` leaves the baseline alone: nothing to pair it with, so the
+    # stage must not spend server starts re-running it (this test starts no server: a queued
+    # run would make run_waiting start Ray and a vLLM, and the trial count would grow).
+    import json
+
+    import optuna
+
+    from tuner.study import OptimizeOptions
+    from tuner.study.attrs import StudyAttr, TrialAttr
+    from tuner.study.confirm import confirm_study
+    from tuner.study.space import load_preset
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    preset = load_preset(model="smollm2-135m", gpu="cpu")
+    study = optuna.create_study(study_name="alone", storage=url, direction="maximize")
+    study.set_user_attr(StudyAttr.PRESET, json.loads(preset.model_dump_json()))
+    study.enqueue_trial(preset.baseline_params(), user_attrs={TrialAttr.ROLE: "baseline"})
+    trial = study.ask()
+    preset.suggest(trial)
+    study.tell(trial, 600.0)
+
+    summary = confirm_study(
+        OptimizeOptions(storage_url=url, cache_dir=tmp_path, study_name="alone"),
+        ConfirmPlan(1, 2),
+    )
+    assert summary.queued == 0
+    assert len(optuna.load_study(study_name="alone", storage=url).trials) == 1

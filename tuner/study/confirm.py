@@ -218,7 +218,10 @@ def confirm_study(options: Any, plan: ConfirmPlan = DEFAULT_CONFIRM) -> ConfirmS
                 f"study {study.study_name!r} has no completed baseline to confirm against; "
                 "run `tuner optimize` first"
             )
-        queued = queue_rounds(study, configs, plan.rounds)
+        # The baseline alone has nothing to be paired with: re-running it would cost server
+        # starts and decide nothing (a study of --n-trials 1, or one whose candidates all failed).
+        if len(configs) > 1:
+            queued = queue_rounds(study, configs, plan.rounds)
         if study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
             run_waiting(preset, options)
         study = optuna.load_study(study_name=options.study_name, storage=url)
