@@ -44,12 +44,19 @@ def test_explain_runs_a_kv_cut_control_and_reports_its_measurements(cpu_study: C
 
     study = optuna.load_study(study_name=cpu_study.study_name, storage=cpu_study.storage_url)
     controls = [t for t in study.trials if t.user_attrs.get(TrialAttr.ROLE) == "control"]
-    (control,) = controls
-    assert control.state == TrialState.COMPLETE
-    assert control.user_attrs[TrialAttr.CONTROL_OF] == candidate.number
-    assert control.user_attrs[TrialAttr.CONTROL_KIND] == "kv_cut"
-    assert control.params["method"] == "none"
-    assert control.params["kv_cache_memory_bytes"] == candidate.params["kv_cache_memory_bytes"]
+    # The KV-cut row is a control trial run now, or a trial of the study already measured with
+    # that server (no speculation, the candidate's KV size): explain reuses measurements.
+    (cut_row,) = [r for r in out["rows"] if r["trial_number"] not in (0, candidate.number)]
+    cut = study.trials[cut_row["trial_number"]]
+    assert cut.state == TrialState.COMPLETE
+    assert cut.params["method"] == "none"
+    assert cut.params["kv_cache_memory_bytes"] == candidate.params["kv_cache_memory_bytes"]
+    assert out["controls_run"] == len(controls)
+    if controls:
+        (control,) = controls
+        assert control.number == cut.number
+        assert control.user_attrs[TrialAttr.CONTROL_OF] == candidate.number
+        assert control.user_attrs[TrialAttr.CONTROL_KIND] == "kv_cut"
 
     store = Store(cpu_study.storage_url)
     try:
@@ -64,21 +71,18 @@ def test_explain_runs_a_kv_cut_control_and_reports_its_measurements(cpu_study: C
             ].record.facts.kv_cache_tokens
 
         rows = {row["trial_number"]: row for row in out["rows"]}
-        assert set(rows) == {baseline.number, candidate.number, control.number}
+        assert set(rows) == {baseline.number, candidate.number, cut.number}
         for number, row in rows.items():
             assert row["tasks_per_hour"] == pytest.approx(tph(number))
             assert row["kv_cache_tokens"] == kv(number)
         # The control has the candidate's KV cache, not the baseline's.
-        assert rows[control.number]["kv_cache_tokens"] == kv(candidate.number)
+        assert rows[cut.number]["kv_cache_tokens"] == kv(candidate.number)
         assert kv(candidate.number) < kv(baseline.number)
-        assert out["kv_cut_tasks_per_hour"] == pytest.approx(tph(control.number))
+        assert out["kv_cut_tasks_per_hour"] == pytest.approx(tph(cut.number))
         assert out["lost_tasks_per_hour"] == pytest.approx(
             tph(baseline.number) - tph(candidate.number)
         )
-        assert out["explained_by_memory"] == pytest.approx(
-            tph(baseline.number) - tph(control.number)
-        )
-        assert out["controls_run"] == 1
+        assert out["explained_by_memory"] == pytest.approx(tph(baseline.number) - tph(cut.number))
     finally:
         store.close()
 
@@ -87,4 +91,5 @@ def test_explain_runs_a_kv_cut_control_and_reports_its_measurements(cpu_study: C
     assert again.returncode == 0, again.stderr
     assert "KV cache cut" in again.stdout and "control trial(s) run" not in again.stdout
     study = optuna.load_study(study_name=cpu_study.study_name, storage=cpu_study.storage_url)
-    assert len([t for t in study.trials if t.user_attrs.get(TrialAttr.ROLE) == "control"]) == 1
+    again_controls = [t for t in study.trials if t.user_attrs.get(TrialAttr.ROLE) == "control"]
+    assert len(again_controls) == len(controls)

@@ -71,9 +71,18 @@ def _cpu_script(exported: str, port: int) -> str:
     another server on this machine (the export binds 127.0.0.1 and leaves the port default).
     Environment assignments the preset sets (NAME=value) stay in front, as exported.
     """
-    command = " ".join(
-        line.removesuffix("\\") for line in exported.splitlines() if not line.startswith("#")
-    )
+    # The export prints the `vllm serve` command first; on the CPU build a second block follows
+    # with the command that ran on the measuring install. Take the first block only.
+    first: list[str] = []
+    for line in exported.splitlines():
+        if line.startswith("#"):
+            continue
+        if not line.strip():
+            if first:
+                break
+            continue
+        first.append(line)
+    command = " ".join(line.removesuffix("\\") for line in first)
     words = shlex.split(command)
     env = []
     while words and "=" in words[0] and words[0].split("=", 1)[0].isidentifier():
