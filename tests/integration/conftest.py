@@ -12,7 +12,10 @@ tests under `flock /tmp/tuner-vllm.lock pytest -m vllm ...`.
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -45,3 +48,21 @@ def smollm2_spec(smollm2_path: Path) -> ServerSpec:
         served_model_name="smollm2",
         kv_cache_memory_bytes=1_000_000_000,
     )
+
+
+@contextmanager
+def fake_vllm_ray(num_gpus: int) -> Iterator[None]:
+    """Local Ray with `num_gpus` fake GPUs whose workers start tuner's fake server as `vllm`."""
+    import ray
+
+    saved = os.environ.get("TUNER_VLLM_COMMAND")
+    os.environ["TUNER_VLLM_COMMAND"] = f"{sys.executable} -m tuner.testing.fake_vllm"
+    ray.init(num_cpus=2, num_gpus=num_gpus, include_dashboard=False, log_to_driver=False)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+        if saved is None:
+            os.environ.pop("TUNER_VLLM_COMMAND", None)
+        else:
+            os.environ["TUNER_VLLM_COMMAND"] = saved

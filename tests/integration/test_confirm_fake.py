@@ -7,17 +7,15 @@ be made to do on purpose. The real CPU build's confirmation run is measured in t
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import optuna
 import pytest
-import ray
 from optuna.trial import TrialState
 
+from tests.integration.conftest import fake_vllm_ray
 from tuner.results import choose_export, load_results
 from tuner.results.decision import judge_study
 from tuner.storage import Store
@@ -39,17 +37,8 @@ NGRAM = {
 
 @pytest.fixture(scope="module")
 def fake_ray() -> Iterator[None]:
-    saved = os.environ.get("TUNER_VLLM_COMMAND")
-    os.environ["TUNER_VLLM_COMMAND"] = f"{sys.executable} -m tuner.testing.fake_vllm"
-    ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False)
-    try:
+    with fake_vllm_ray(num_gpus=1):
         yield
-    finally:
-        ray.shutdown()
-        if saved is None:
-            os.environ.pop("TUNER_VLLM_COMMAND", None)
-        else:
-            os.environ["TUNER_VLLM_COMMAND"] = saved
 
 
 def _preset() -> Preset:

@@ -7,17 +7,15 @@ cache-block failure (it needs CUDA graphs; the fake prints vLLM's exact message)
 from __future__ import annotations
 
 import json
-import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import optuna
 import pytest
-import ray
 from optuna.trial import TrialState
 
+from tests.integration.conftest import fake_vllm_ray
 from tuner.storage import Store
 from tuner.study import OptimizeOptions, Preset, optimize
 from tuner.study.attrs import TrialAttr
@@ -28,17 +26,8 @@ pytestmark = pytest.mark.ray
 @pytest.fixture(scope="module")
 def fake_ray() -> Iterator[None]:
     """Local Ray with 2 fake GPUs; its workers start the fake server as `vllm`."""
-    saved = os.environ.get("TUNER_VLLM_COMMAND")
-    os.environ["TUNER_VLLM_COMMAND"] = f"{sys.executable} -m tuner.testing.fake_vllm"
-    ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False)
-    try:
+    with fake_vllm_ray(num_gpus=2):
         yield
-    finally:
-        ray.shutdown()
-        if saved is None:
-            os.environ.pop("TUNER_VLLM_COMMAND", None)
-        else:
-            os.environ["TUNER_VLLM_COMMAND"] = saved
 
 
 def _preset(**server_env: str) -> Preset:
