@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import optuna
 import pytest
 from optuna.trial import TrialState
@@ -78,12 +76,3 @@ def test_the_same_command_again_adds_new_trials_and_repeats_none(cpu_study: CpuS
     assert [t.value for t in after[: len(before)]] == [t.value for t in before]  # kept as was
     (new,) = after[len(before) :]
     assert new.params not in [t.params for t in before]
-
-
-@pytest.mark.postgres
-def test_same_study_on_postgres(postgres_url: str, cache_dir: Path, smollm2_path: Path) -> None:
-    # A user writes postgresql://; tuner picks the installed driver itself.
-    url = postgres_url.replace("postgresql+psycopg://", "postgresql://")
-    proc = run_optimize(url, "cpu-pg", cache_dir, N_TRIALS, "--confirm", "0")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    _check_study(postgres_url, "cpu-pg", N_TRIALS)

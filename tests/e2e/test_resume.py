@@ -1,4 +1,9 @@
-"""A driver SIGKILLed during a trial: the next run re-queues it; nothing lost, doubled or left."""
+"""A driver SIGKILLed during a trial: the next run re-queues it; nothing lost, doubled or left.
+
+The study lives on the real Postgres server, written as a user writes it (`postgresql://`, tuner
+picks the installed driver): the session's SQLite study (tests/e2e/conftest.py) covers SQLite,
+this one the server database, so CI pays for one study per backend and not two on Postgres.
+"""
 
 from __future__ import annotations
 
@@ -34,29 +39,26 @@ def _alive(pid: int) -> bool:
     return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
 
 
-def _wait_for_running_server(db: Path, state_dir: Path, timeout_s: float) -> dict[str, int]:
+def _wait_for_running_server(url: str, state_dir: Path, timeout_s: float) -> dict[str, int]:
     deadline = time.monotonic() + timeout_s
-    url = f"sqlite:///{db}"
     while time.monotonic() < deadline:
         time.sleep(2)
-        if not db.exists():
-            continue
-        try:
-            study = optuna.load_study(study_name="killed", storage=url)
-        except KeyError:
-            continue
-        running = study.get_trials(states=(TrialState.RUNNING,))
+        # A server's pid file appears only after the driver created its tables and the study;
+        # reading the study before that would race the driver's migration.
         files = _pid_files(state_dir)
-        if running and files:
+        if not files:
+            continue
+        study = optuna.load_study(study_name="killed", storage=url)
+        if study.get_trials(states=(TrialState.RUNNING,)):
             return files[0]
     raise AssertionError("no trial reached a running server in time")
 
 
+@pytest.mark.postgres
 def test_sigkilled_driver_resumes_without_loss(
-    tmp_path: Path, cache_dir: Path, smollm2_path: Path
+    postgres_url: str, cache_dir: Path, smollm2_path: Path
 ) -> None:
-    db = tmp_path / "killed.db"
-    url = f"sqlite:///{db}"
+    url = postgres_url.replace("postgresql+psycopg://", "postgresql://")
     state_dir = cache_dir / "run"
     argv = [
         sys.executable, "-m", "tuner.cli", "optimize", "--model", "smollm2-135m", "--gpu",
@@ -66,7 +68,7 @@ def test_sigkilled_driver_resumes_without_loss(
         argv, env=tuner_env(cache_dir), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     try:
-        server = _wait_for_running_server(db, state_dir, timeout_s=600)
+        server = _wait_for_running_server(postgres_url, state_dir, timeout_s=600)
     finally:
         driver.send_signal(signal.SIGKILL)
         driver.wait()
@@ -77,7 +79,7 @@ def test_sigkilled_driver_resumes_without_loss(
     assert port_free("127.0.0.1", server["port"])
     assert not _pid_files(state_dir)
 
-    study = optuna.load_study(study_name="killed", storage=url)
+    study = optuna.load_study(study_name="killed", storage=postgres_url)
     first, second = study.trials
     assert first.state == TrialState.FAIL
     assert first.user_attrs[TrialAttr.FAILURE_KIND] == "interrupted"
@@ -85,7 +87,7 @@ def test_sigkilled_driver_resumes_without_loss(
     assert second.params == first.params
     assert second.user_attrs[TrialAttr.REQUEUED_FROM] == first.number
     assert second.user_attrs[TrialAttr.ROLE] == "baseline"
-    store = Store(url)
+    store = Store(postgres_url)
     assert store.trial_numbers("killed") == [second.number]  # nothing stored twice
     assert len(store.workload_runs("killed")) == 1
     store.close()
