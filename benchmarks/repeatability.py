@@ -23,6 +23,7 @@ import argparse
 import contextlib
 import fcntl
 import json
+import os
 import statistics
 import sys
 from collections.abc import Iterator
@@ -87,6 +88,9 @@ def main() -> int:
     }
     configs = {"A": base_params, "B": ngram_params}
     runs: dict[str, list[TrialResult]] = {"A": [], "B": []}
+    # The machine's 1-minute load average as each run starts: noise is the machine's as much
+    # as the server's, so the figures say how quiet the machine was.
+    loads: list[float] = []
     number = 0
     for round_ in range(args.rounds):
         for name, params in configs.items():
@@ -103,7 +107,9 @@ def main() -> int:
             )
             number += 1
             with _locked(args.lock):
+                load_before = os.getloadavg()[0]
                 result = evaluate(request)
+            loads.append(load_before)
             if result.workload is None or result.failure_kind:
                 print(f"round {round_} {name}: failed: {result.failure_reason}", file=sys.stderr)
                 return 1
@@ -112,11 +118,12 @@ def main() -> int:
             print(
                 f"round {round_} {name}: {w.tasks_per_hour:,.1f} tasks/h "
                 f"({w.successes}/{w.tasks} in {w.scored_wall_s:.1f} s), startup "
-                f"{result.startup_s:.1f} s",
+                f"{result.startup_s:.1f} s, load average {load_before:.2f} at its start",
                 flush=True,
             )
     figures = _figures(runs, preset.workload.model_dump(mode="json"))
     figures["configs"] = configs
+    figures["load_average_at_start"] = [round(x, 2) for x in loads]
     for line in _lines(figures):
         print(line)
     if args.json:
@@ -166,6 +173,12 @@ def _figures(runs: dict[str, list[TrialResult]], workload: dict[str, Any]) -> di
 
 def _lines(f: dict[str, Any]) -> list[str]:
     lines = [f"workload: {f['workload']}"]
+    if f.get("load_average_at_start"):
+        loads = f["load_average_at_start"]
+        lines.append(
+            f"machine: {os.cpu_count()} cores, 1-min load average "
+            f"{min(loads):.2f}-{max(loads):.2f} as the runs started"
+        )
     for name in ("A", "B"):
         values = ", ".join(f"{v:,.1f}" for v in f["tasks_per_hour"][name])
         lines.append(
