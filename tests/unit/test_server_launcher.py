@@ -27,7 +27,12 @@ class RecordingLauncher(Launcher):
     """The real launcher, remembering each started handle (to check failed starts' groups)."""
 
     def __init__(self, tmp_path: Path) -> None:
-        super().__init__(log_dir=tmp_path / "logs", state_dir=tmp_path / "run", launch_command=FAKE)
+        super().__init__(
+            log_dir=tmp_path / "logs",
+            state_dir=tmp_path / "run",
+            work_dir=tmp_path / "work",
+            launch_command=FAKE,
+        )
         self.handles: list[ServerHandle] = []
 
     def _wait_ready(self, handle: ServerHandle, *args: Any) -> Any:
@@ -153,6 +158,47 @@ def test_context_manager_stops_on_error(launcher: RecordingLauncher) -> None:
         pid, port = h.pid, h.port
         raise RuntimeError("boom")
     _assert_gone(pid, port)
+
+
+def _cwd(pid: int) -> str:
+    return os.readlink(f"/proc/{pid}/cwd")
+
+
+def test_a_server_runs_in_the_launchers_directory_when_the_callers_is_gone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Seen on an H200: the directory a study was started from was replaced under it, and every
+    # later vLLM died at start on getcwd(). The server must not depend on the caller's.
+    gone = tmp_path / "synced-copy"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    launcher = _launcher(tmp_path)
+    gone.rmdir()
+    with launcher.launch(_spec(), timeout_s=30) as handle:
+        assert httpx.get(f"{handle.base_url}/health").status_code == 200
+        members = group_members(handle.pid)
+        assert len(members) >= 2  # the supervisor and the server under it
+        assert {_cwd(pid) for pid in members} == {str(tmp_path / "work")}
+
+
+def test_a_relative_vllm_command_is_found_from_the_launchers_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wrapper = tmp_path / "bin" / "my-vllm"
+    wrapper.parent.mkdir()
+    wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} -m tuner.testing.fake_vllm "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.chdir(tmp_path)
+    launcher = Launcher(
+        log_dir=Path("logs"),
+        state_dir=Path("run"),
+        work_dir=Path("work"),
+        launch_command=LaunchCommand(("bin/my-vllm",)),
+    )
+    with launcher.launch(_spec(), timeout_s=30) as handle:
+        assert handle.argv[0] == str(wrapper)
+        assert _cwd(handle.pid) == str(tmp_path / "work")
+        assert handle.log_path.parent == tmp_path / "logs"
 
 
 def test_interrupt_while_waiting_stops_the_group(tmp_path: Path) -> None:

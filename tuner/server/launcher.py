@@ -5,7 +5,10 @@ The lifecycle, in phases:
 1. reap: a new `Launcher` first stops server groups left by tuner processes that died.
 2. launch: `Popen` in a new session (its own process group) under `supervisor.py`, which takes
    the group down within seconds if this process dies (even by SIGKILL); output goes to a log
-   file per start, the group is recorded in a pid file.
+   file per start, the group is recorded in a pid file. The server runs in a working directory
+   of the launcher's own (`work_dir`), never in the caller's: a directory that was removed or
+   replaced under a long study (a synced copy of a repository, a temporary checkout) would
+   otherwise make every later vLLM die at start on `getcwd()`.
 3. wait: poll `GET /health` while watching the process. Exit before 200, or no 200 within
    the timeout, is a `StartupFailed` carrying the classified failure; the group is stopped.
 4. ready: read the startup facts from the log and from /metrics, return a `ServerHandle`.
@@ -222,6 +225,18 @@ def _stop_live_handles() -> None:
             handle.stop(grace_s=5.0)
 
 
+def _absolute_program(launch: LaunchCommand) -> LaunchCommand:
+    """`launch` with a relative program path (`./venv/bin/vllm`) made absolute.
+
+    The server runs in the launcher's `work_dir`, where a path relative to the caller's
+    directory would name nothing; a bare name (`vllm`) is looked up on PATH and stays as it is.
+    """
+    program = launch.argv[0]
+    if os.sep not in program or os.path.isabs(program):
+        return launch
+    return LaunchCommand((os.path.abspath(program), *launch.argv[1:]))
+
+
 class Launcher:
     """Starts servers from `ServerSpec`s; one launcher may start many servers, one at a time."""
 
@@ -230,13 +245,17 @@ class Launcher:
         *,
         log_dir: Path | None = None,
         state_dir: Path | None = None,
+        work_dir: Path | None = None,
         launch_command: LaunchCommand | None = None,
         poll_s: float = _POLL_S,
     ) -> None:
         settings = get_settings()
-        self.log_dir = log_dir if log_dir is not None else settings.cache_path() / "logs"
-        self.state_dir = state_dir if state_dir is not None else settings.cache_path() / "run"
-        self.launch_command = launch_command or settings.launch_command()
+        cache = settings.cache_path()
+        # Absolute now, while the caller's directory exists: the servers run in work_dir.
+        self.log_dir = (log_dir if log_dir is not None else cache / "logs").absolute()
+        self.state_dir = (state_dir if state_dir is not None else cache / "run").absolute()
+        self.work_dir = (work_dir if work_dir is not None else cache / "work").absolute()
+        self.launch_command = _absolute_program(launch_command or settings.launch_command())
         self.poll_s = poll_s
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.state_dir.mkdir(parents=True, exist_ok=True)
@@ -285,6 +304,7 @@ class Launcher:
         log_path = self._log_path(port, attempt)
         started_at = time.time()
         began = time.monotonic()
+        self.work_dir.mkdir(parents=True, exist_ok=True)  # again: it may have been removed
         with open(log_path, "ab") as log:  # appends: group members share it
             process = subprocess.Popen(
                 [sys.executable, "-S", _SUPERVISOR, str(ORPHAN_GRACE_S), "--", *argv],
@@ -292,6 +312,7 @@ class Launcher:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=os.environ | spec.env,
+                cwd=self.work_dir,
                 start_new_session=True,
             )
         ticks = start_ticks(process.pid)
