@@ -250,6 +250,22 @@ def test_shell_export_adds_the_command_that_ran_on_this_install(winning_url: str
     ]
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_no_format_carries_the_measuring_slots_gpu_pin(winning_url: str, fmt: str) -> None:
+    # A GPU trial's recorded command starts with its slot's CUDA_VISIBLE_DEVICES (the H200 run
+    # exported `CUDA_VISIBLE_DEVICES=0 vllm serve ...`); the preset's own environment stays.
+    results = load_results(winning_url)
+    trial = replace(
+        results.trials[1],
+        serve_command="CUDA_VISIBLE_DEVICES=1 VLLM_USE_AOT_COMPILE=0 "
+        + (results.trials[1].serve_command or ""),
+        launched=("CUDA_VISIBLE_DEVICES=1", "/venv/bin/python", "-m", "vllm.x", "--model", "m"),
+    )
+    text = render_export(choose_export(replace(results, trials=(results.trials[0], trial))), fmt)
+    assert "CUDA_VISIBLE_DEVICES" not in text
+    assert "VLLM_USE_AOT_COMPILE" in text
+
+
 def test_cli_export_prints_each_format(
     winning_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -25,6 +25,7 @@ from tuner.results.formats import (
     IMAGE_ENTRYPOINT,
     compose_service,
     image_for,
+    portable,
     shell_text,
     split_env,
     systemd_quote,
@@ -197,14 +198,18 @@ def choose_export(results: StudyResults) -> ExportChoice:
 def serve_argv(trial: TrialRow) -> list[str]:
     """The trial's `vllm serve MODEL ...` argv, every flag it was launched with.
 
+    The preset's environment stays in front; the GPU pin of the trial's slot
+    (`CUDA_VISIBLE_DEVICES`) does not: it named a device of the measuring machine.
+
     Raises:
         StudyError: the trial recorded neither its serve command nor its server spec.
     """
     if trial.serve_command:
-        return shlex.split(trial.serve_command)
+        return portable(shlex.split(trial.serve_command))
     if trial.server_spec is not None:
         try:
-            return shlex.split(ServerSpec.model_validate(trial.server_spec).serve_command())
+            spec = ServerSpec.model_validate(trial.server_spec)
+            return portable(shlex.split(spec.serve_command()))
         except ValidationError as exc:
             raise StudyError(
                 f"trial #{trial.number}'s recorded server spec no longer validates: "

@@ -20,6 +20,7 @@ __all__ = [
     "IMAGE_ENTRYPOINT",
     "compose_service",
     "image_for",
+    "portable",
     "shell_text",
     "split_env",
     "systemd_quote",
@@ -33,6 +34,7 @@ _ENV_WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 # The final stage (`vllm-openai`) of vLLM's docker/Dockerfile: `ENTRYPOINT ["vllm", "serve"]`,
 # so a compose `command:` starts at the model.
 IMAGE_ENTRYPOINT: Final = ("vllm", "serve")
+# Which GPUs a trial's slot had on the measuring machine: true there, wrong anywhere else.
 _HOST_ONLY_ENV: Final = frozenset({"CUDA_VISIBLE_DEVICES"})
 
 
@@ -45,6 +47,12 @@ def split_env(argv: list[str]) -> tuple[dict[str, str], list[str]]:
         env[name] = value
         i += 1
     return env, argv[i:]
+
+
+def portable(argv: list[str]) -> list[str]:
+    """`argv` without the leading `NAME=value` words that only held on the measuring host."""
+    env, cmd = split_env(argv)
+    return [f"{k}={v}" for k, v in env.items() if k not in _HOST_ONLY_ENV] + cmd
 
 
 def _lines(argv: list[str], head: int) -> str:
@@ -67,7 +75,7 @@ def shell_text(argv: list[str], launched: tuple[str, ...] | None) -> str:
     env, cmd = split_env(argv)
     head = len(env) + 3  # NAME=value ... vllm serve MODEL
     text = _lines(argv, head)
-    l_env, l_cmd = split_env(list(launched or ()))
+    l_env, l_cmd = split_env(portable(list(launched or ())))
     if not l_cmd or l_cmd[:2] == cmd[:2]:
         return text
     # This install started vLLM another way (the CPU build's `vllm` script does not run):
