@@ -160,6 +160,10 @@ def test_context_manager_stops_on_error(launcher: RecordingLauncher) -> None:
     _assert_gone(pid, port)
 
 
+def _model(handle: ServerHandle) -> str:
+    return handle.argv[handle.argv.index("--model") + 1]
+
+
 def _cwd(pid: int) -> str:
     return os.readlink(f"/proc/{pid}/cwd")
 
@@ -181,7 +185,7 @@ def test_a_server_runs_in_the_launchers_directory_when_the_callers_is_gone(
         assert {_cwd(pid) for pid in members} == {str(tmp_path / "work")}
 
 
-def test_a_relative_vllm_command_is_found_from_the_launchers_directory(
+def test_relative_command_and_model_paths_are_found_from_the_callers_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     wrapper = tmp_path / "bin" / "my-vllm"
@@ -195,10 +199,16 @@ def test_a_relative_vllm_command_is_found_from_the_launchers_directory(
         work_dir=Path("work"),
         launch_command=LaunchCommand(("bin/my-vllm",)),
     )
-    with launcher.launch(_spec(), timeout_s=30) as handle:
+    (tmp_path / "ckpt").mkdir()
+    spec = _spec().replace(model="ckpt")
+    with launcher.launch(spec, timeout_s=30) as handle:
         assert handle.argv[0] == str(wrapper)
+        assert _model(handle) == str(tmp_path / "ckpt")  # a local model, also relative
         assert _cwd(handle.pid) == str(tmp_path / "work")
         assert handle.log_path.parent == tmp_path / "logs"
+    # A hub id is no local directory: passed as it is.
+    with launcher.launch(_spec().replace(model="org/name"), timeout_s=30) as handle:
+        assert _model(handle) == "org/name"
 
 
 def test_interrupt_while_waiting_stops_the_group(tmp_path: Path) -> None:

@@ -8,7 +8,8 @@ The lifecycle, in phases:
    file per start, the group is recorded in a pid file. The server runs in a working directory
    of the launcher's own (`work_dir`), never in the caller's: a directory that was removed or
    replaced under a long study (a synced copy of a repository, a temporary checkout) would
-   otherwise make every later vLLM die at start on `getcwd()`.
+   otherwise make every later vLLM die at start on `getcwd()`. Relative paths in the command
+   (the vLLM program, a local model) are made absolute against the caller's directory first.
 3. wait: poll `GET /health` while watching the process. Exit before 200, or no 200 within
    the timeout, is a `StartupFailed` carrying the classified failure; the group is stopped.
 4. ready: read the startup facts from the log and from /metrics, return a `ServerHandle`.
@@ -237,6 +238,13 @@ def _absolute_program(launch: LaunchCommand) -> LaunchCommand:
     return LaunchCommand((os.path.abspath(program), *launch.argv[1:]))
 
 
+def _cwd() -> Path | None:
+    try:
+        return Path.cwd()
+    except FileNotFoundError:  # removed under us
+        return None
+
+
 class Launcher:
     """Starts servers from `ServerSpec`s; one launcher may start many servers, one at a time."""
 
@@ -256,10 +264,20 @@ class Launcher:
         self.state_dir = (state_dir if state_dir is not None else cache / "run").absolute()
         self.work_dir = (work_dir if work_dir is not None else cache / "work").absolute()
         self.launch_command = _absolute_program(launch_command or settings.launch_command())
+        # Where relative model paths were meant from (None: the caller's directory is gone).
+        self._origin = _cwd()
         self.poll_s = poll_s
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.reaped = reap_orphans(self.state_dir)
+
+    def _absolute_model(self, spec: ServerSpec) -> ServerSpec:
+        # A local checkpoint named relative to the caller's directory, by its absolute path;
+        # a hub id (`org/name`) names no such directory and is passed as it is.
+        model = Path(spec.model)
+        if self._origin is None or model.is_absolute() or not (self._origin / model).exists():
+            return spec
+        return spec.replace(model=str(self._origin / model))
 
     def _log_path(self, port: int, attempt: int) -> Path:
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -300,7 +318,7 @@ class Launcher:
             # Another server there would answer our /health polls before vLLM fails to bind.
             raise ServerError(f"port {spec.port} on {spec.host} is in use; free it or unset port")
         port = spec.port if spec.port is not None else free_port(spec.host)
-        argv = spec.argv(self.launch_command, port)
+        argv = self._absolute_model(spec).argv(self.launch_command, port)
         log_path = self._log_path(port, attempt)
         started_at = time.time()
         began = time.monotonic()
