@@ -173,6 +173,7 @@ def test_export_report_and_explain_read_the_study(study: GpuStudy) -> None:
     )
     assert export.returncode == 0, export.stderr
     assert "vllm serve" in export.stdout and "tiny-hybrid-mtp" in export.stdout
+    assert "CUDA_VISIBLE_DEVICES" not in export.stdout  # the slot's GPU pin stays here
     report = run_tuner(
         study.out,
         "report",
