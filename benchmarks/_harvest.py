@@ -17,8 +17,8 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from tuner.attrs import StudyAttr, TrialAttr
 from tuner.storage import Store
-from tuner.study.attrs import StudyAttr, TrialAttr
 from tuner.study.evaluate import TrialResult
 from tuner.study.space import Preset
 

@@ -47,11 +47,11 @@ import optuna
 from _replay import DATA, GridTable, config_key
 from _replay_backend import ReplayBackend
 
+from tuner.attrs import TrialAttr
 from tuner.errors import StudyError
 from tuner.results import decision
 from tuner.results.export import choose_export
 from tuner.results.loading import StudyResults, TrialRow
-from tuner.study.attrs import TrialAttr
 from tuner.study.confirm import plan_confirmation, queue_rounds
 from tuner.study.driver import request_factory
 from tuner.study.loop import LoopSettings, StudyLoop

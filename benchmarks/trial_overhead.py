@@ -25,10 +25,10 @@ import optuna
 from rich.console import Console
 from rich.table import Table
 
+from tuner.attrs import TrialAttr
 from tuner.settings import get_settings
 from tuner.storage import Store
 from tuner.study import OptimizeOptions, load_preset, optimize
-from tuner.study.attrs import TrialAttr
 
 
 def main() -> int:

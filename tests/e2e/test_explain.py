@@ -11,8 +11,8 @@ import pytest
 from optuna.trial import TrialState
 
 from tests.e2e.conftest import CpuStudy, tuner_env
+from tuner.attrs import TrialAttr
 from tuner.storage import Store
-from tuner.study.attrs import TrialAttr
 
 pytestmark = pytest.mark.vllm
 

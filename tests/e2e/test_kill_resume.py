@@ -27,9 +27,9 @@ import yaml
 from optuna.trial import TrialState
 
 from tests.e2e.conftest import tuner_env
+from tuner.attrs import TrialAttr
 from tuner.server.reaper import port_free
 from tuner.storage import Store
-from tuner.study.attrs import TrialAttr
 from tuner.study.roles import counts_toward_budget
 from tuner.study.space import preset_dir
 

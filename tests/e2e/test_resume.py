@@ -20,9 +20,9 @@ import pytest
 from optuna.trial import TrialState
 
 from tests.e2e.conftest import run_optimize, tuner_env
+from tuner.attrs import TrialAttr
 from tuner.server.reaper import port_free
 from tuner.storage import Store
-from tuner.study.attrs import TrialAttr
 
 pytestmark = pytest.mark.vllm
 

@@ -25,9 +25,9 @@ from optuna.trial import TrialState
 
 from tests.faults.conftest import Box, optimize_argv, phase_of, short_space, wait_gone
 from tests.faults.tally import measure, tally
+from tuner.attrs import TrialAttr
 from tuner.server.reaper import group_members
 from tuner.storage import Store
-from tuner.study.attrs import TrialAttr
 
 pytestmark = [pytest.mark.vllm, pytest.mark.faults]
 

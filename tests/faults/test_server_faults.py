@@ -25,10 +25,10 @@ from optuna.trial import TrialState
 
 from tests.faults.conftest import Box, optimize_argv, phase_of, short_space, wait_gone
 from tests.faults.tally import tally
+from tuner.attrs import TrialAttr
 from tuner.server import Launcher, ServerSpec
 from tuner.server.reaper import group_members
 from tuner.storage import Store
-from tuner.study.attrs import TrialAttr
 from tuner.workload import WorkloadSettings, run_workload_sync
 from tuner.workload.shape import SuiteShape
 

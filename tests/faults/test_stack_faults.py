@@ -36,8 +36,8 @@ from sqlalchemy.pool import NullPool
 
 from tests.faults.conftest import Box, optimize_argv, phase_of, short_space, wait_gone
 from tests.faults.tally import measure, tally
+from tuner.attrs import TrialAttr
 from tuner.storage import Store
-from tuner.study.attrs import TrialAttr
 
 pytestmark = [pytest.mark.ray, pytest.mark.faults]
 

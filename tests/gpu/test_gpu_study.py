@@ -20,9 +20,9 @@ import pytest
 from optuna.trial import FrozenTrial, TrialState
 
 from tests.gpu.conftest import CliRun, run_tuner
+from tuner.attrs import StudyAttr, TrialAttr
 from tuner.results import load_results
 from tuner.storage import Store
-from tuner.study.attrs import StudyAttr, TrialAttr
 from tuner.study.space import load_preset
 
 STUDY = "tiny-hybrid-mtp-h200"

@@ -18,10 +18,10 @@ import pytest
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import FrozenTrial
 
+from tuner.attrs import StudyAttr, TrialAttr
 from tuner.errors import ConfigError
 from tuner.server.capabilities import VllmCapabilities, find_python, probe
 from tuner.settings import CPU_ENTRYPOINT, LaunchCommand
-from tuner.study.attrs import StudyAttr, TrialAttr
 from tuner.study.explain import plan_controls
 from tuner.study.preflight import lacking_knobs, preflight
 from tuner.study.space import load_preset

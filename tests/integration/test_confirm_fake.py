@@ -16,11 +16,11 @@ import pytest
 from optuna.trial import TrialState
 
 from tests.integration.conftest import fake_vllm_ray
+from tuner.attrs import StudyAttr, TrialAttr
 from tuner.results import choose_export, load_results
 from tuner.results.decision import judge_study
 from tuner.storage import Store
 from tuner.study import OptimizeOptions, Preset, optimize
-from tuner.study.attrs import StudyAttr, TrialAttr
 from tuner.study.confirm import ConfirmPlan, confirm_study
 from tuner.study.roles import counts_toward_budget, enqueue_run
 

@@ -20,8 +20,8 @@ import sqlalchemy
 import yaml
 from optuna.trial import TrialState
 
+from tuner.attrs import TrialAttr
 from tuner.storage import Store
-from tuner.study.attrs import TrialAttr
 from tuner.study.roles import counts_toward_budget
 
 pytestmark = [pytest.mark.ray, pytest.mark.postgres]

@@ -16,9 +16,9 @@ import pytest
 from optuna.trial import TrialState
 
 from tests.integration.conftest import fake_vllm_ray
+from tuner.attrs import TrialAttr
 from tuner.storage import Store
 from tuner.study import OptimizeOptions, Preset, optimize
-from tuner.study.attrs import TrialAttr
 
 pytestmark = pytest.mark.ray
 

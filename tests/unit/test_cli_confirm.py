@@ -55,8 +55,8 @@ def test_a_study_with_only_its_baseline_queues_no_confirmation_run(tmp_path: Pat
 
     import optuna
 
+    from tuner.attrs import StudyAttr, TrialAttr
     from tuner.study import OptimizeOptions
-    from tuner.study.attrs import StudyAttr, TrialAttr
     from tuner.study.confirm import confirm_study
     from tuner.study.space import load_preset
 

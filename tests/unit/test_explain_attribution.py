@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tuner.study.explain import attribute
+from tuner.results.attribution import attribute
 
 
 def test_published_mtp_loss_is_two_thirds_memory() -> None:

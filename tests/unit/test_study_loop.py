@@ -14,7 +14,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from tuner.study.attrs import TrialAttr
+from tuner.attrs import TrialAttr
 from tuner.study.driver import request_factory
 from tuner.study.loop import LoopOutcome, LoopSettings, StudyLoop
 from tuner.study.roles import counts_toward_budget, enqueue_run, role_of

@@ -9,7 +9,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from tuner.study.attrs import TrialAttr
+from tuner.attrs import TrialAttr
 from tuner.study.driver import request_factory
 from tuner.study.loop import LoopSettings, StudyLoop
 from tuner.study.pruning import PruneRule, RunningRate, poisson_upper

@@ -16,10 +16,10 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from tuner.attrs import StudyAttr, TrialAttr
 from tuner.records import ServerStartRecord
 from tuner.storage import Store, TrialMeasurements
 from tuner.study import resume
-from tuner.study.attrs import StudyAttr, TrialAttr
 from tuner.study.resume import ask, budget_target, ensure_baseline, heartbeat_storage, recover
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -189,8 +189,8 @@ def confirm_cmd(
 def _study_is_cpu(storage: str | None, study: str, settings: Any) -> bool:
     import optuna
 
+    from tuner.attrs import StudyAttr
     from tuner.results.loading import open_optuna_storage
-    from tuner.study.attrs import StudyAttr
 
     try:
         loaded = optuna.load_study(

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from optuna_dashboard import run_server
 
+from tuner.attrs import StudyAttr
 from tuner.errors import ConfigError
 from tuner.results.decision import judge_study
 from tuner.results.loading import StudyResults, load_results, open_optuna_storage
-from tuner.study.attrs import StudyAttr
 
 
 def study_note(results: StudyResults) -> str:

@@ -2,7 +2,7 @@
 
 `load_results` gives one frozen `TrialRow` per trial. Measurements come from tuner's own tables
 where they exist (they hold every task and step) and fall back to the trial's user attributes
-(`tuner.study.attrs.TrialAttr`), so a study whose tables were lost still reports what Optuna kept.
+(`tuner.attrs.TrialAttr`), so a study whose tables were lost still reports what Optuna kept.
 Every measurement is `None` when it was not measured; nothing is guessed.
 """
 
@@ -17,13 +17,13 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from tuner.attrs import ControlKind, Role, StudyAttr, TrialAttr, role_from
 from tuner.errors import StudyError
 from tuner.metrics import RunOutcomes
 from tuner.records import ServerStartRecord, ThroughputRecord, WorkloadRecord
 from tuner.results.configs import MODE_NOTES, REUSE_CLASSES, ReuseCounts, describe_config
 from tuner.results.load import LoadSweep, sweep_from_attrs
 from tuner.storage import Store, masked, normalize_url, open_engine
-from tuner.study.attrs import StudyAttr, TrialAttr
 from tuner.workload.probe import ProbeResult
 
 __all__ = [
@@ -45,7 +45,7 @@ class TrialRow:
 
     number: int
     state: str  # "complete" | "pruned" | "fail" | "running" | "waiting"
-    role: str  # "baseline" | "candidate" | "control" | "confirm"
+    role: str  # a tuner.attrs.Role (as written: an unknown one is kept)
     params: Mapping[str, Any] = field(default_factory=dict)
     value: float | None = None
     control_of: int | None = None
@@ -93,18 +93,18 @@ class TrialRow:
     @property
     def exportable(self) -> bool:
         """A feasible search trial a user may deploy (controls and confirmation runs measure)."""
-        return self.feasible and self.role in ("baseline", "candidate")
+        return self.feasible and self.role in (Role.BASELINE, Role.CANDIDATE)
 
     @property
     def label(self) -> str:
         """What the config is, in words (controls say which trial they explain)."""
-        if self.role == "control":
+        if self.role == Role.CONTROL:
             what = {
-                "kv_cut": "no speculation cut to its KV cache",
-                "no_block_drop": "last cache block kept",
+                str(ControlKind.KV_CUT): "no speculation cut to its KV cache",
+                str(ControlKind.NO_BLOCK_DROP): "last cache block kept",
             }.get(self.control_kind or "", self.control_kind or "control")
             return f"control for #{self.control_of}: {what}"
-        if self.role == "confirm":
+        if self.role == Role.CONFIRM:
             return f"confirmation of #{self.confirm_of}, round {self.confirm_round}"
         return describe_config(self.params)
 
@@ -140,13 +140,13 @@ class StudyResults:
 
     def confirm_runs(self, number: int) -> list[TrialRow]:
         """Finished confirmation runs of trial `number`'s config, by round."""
-        runs = [t for t in self.trials if t.role == "confirm" and t.confirm_of == number]
+        runs = [t for t in self.trials if t.role == Role.CONFIRM and t.confirm_of == number]
         return sorted((t for t in runs if t.feasible), key=lambda t: t.confirm_round or 0)
 
     @property
     def baseline(self) -> TrialRow | None:
         """The feasible baseline trial (the first, if the study ran it more than once)."""
-        return next((t for t in self.trials if t.role == "baseline" and t.feasible), None)
+        return next((t for t in self.trials if t.role == Role.BASELINE and t.feasible), None)
 
     def measured(self) -> list[TrialRow]:
         """Trials with a score: completed feasible ones and pruned ones, controls included.
@@ -158,7 +158,7 @@ class StudyResults:
             for t in self.trials
             if (t.feasible or t.state == "pruned")
             and t.tasks_per_hour is not None
-            and t.role != "confirm"
+            and t.role != Role.CONFIRM
         ]
 
     def not_run(self) -> list[TrialRow]:
@@ -286,7 +286,7 @@ def _row(trial: FrozenTrial, tables: _TrialTables) -> TrialRow:
     return TrialRow(
         number=trial.number,
         state=_STATES.get(trial.state, trial.state.name.lower()),
-        role=str(ua.get(TrialAttr.ROLE, "baseline" if trial.number == 0 else "candidate")),
+        role=role_from(ua, trial.number),
         params=dict(trial.params),
         value=trial.value,
         control_of=_opt_int(ua.get(TrialAttr.CONTROL_OF)),

@@ -17,6 +17,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from tuner.attrs import Role
 from tuner.results.load_plot import draw_sweep
 from tuner.results.loading import REUSE_CLASSES, StudyResults, TrialRow
 
@@ -95,7 +96,7 @@ class HistorySeries:
 
 def short_label(t: TrialRow) -> str:
     """A label short enough for an axis: "#3 ngram k=3", "#0 no spec"."""
-    if t.role == "control":
+    if t.role == Role.CONTROL:
         return f"#{t.number} control of #{t.control_of}"
     if t.method == "none":
         return f"#{t.number} no spec"
@@ -105,7 +106,7 @@ def short_label(t: TrialRow) -> str:
 def _ordered(results: StudyResults) -> list[TrialRow]:
     return sorted(
         (t for t in results.measured() if t.state == "complete"),
-        key=lambda t: (t.role != "baseline", t.number),
+        key=lambda t: (t.role != Role.BASELINE, t.number),
     )
 
 
@@ -165,7 +166,7 @@ def history_series(results: StudyResults) -> HistorySeries:
     rows = [
         t
         for t in results.trials
-        if t.state == "complete" and t.role != "control" and t.value is not None
+        if t.state == "complete" and t.role != Role.CONTROL and t.value is not None
     ]
     best: list[float] = []
     so_far = 0.0

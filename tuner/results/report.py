@@ -12,12 +12,13 @@ from typing import Final
 from rich.table import Table
 from rich.text import Text
 
+from tuner.attrs import ControlKind, Role
 from tuner.errors import StudyError
+from tuner.results.attribution import attribute
 from tuner.results.decision import Verdict, judge_study
 from tuner.results.export import choose_export
 from tuner.results.load import load_lines, load_table_rows
 from tuner.results.loading import REUSE_CLASSES, StudyResults, TrialRow
-from tuner.study.explain import attribute
 
 __all__ = [
     "CONFIG_COLUMNS",
@@ -101,7 +102,7 @@ def _interval(t: TrialRow) -> str:
 
 def _config(t: TrialRow) -> str:
     label = t.label
-    if t.role == "baseline":
+    if t.role == Role.BASELINE:
         label += " (baseline)"
     if t.state == "pruned":
         at = f" at {t.pruned_at_tasks} tasks" if t.pruned_at_tasks is not None else ""
@@ -119,7 +120,7 @@ def _runs(v: Verdict) -> str:
 
 def _verdict_cells(t: TrialRow, v: Verdict | None) -> tuple[str, str, str]:
     if v is None:
-        return ("reference" if t.role == "baseline" else "", "", "")
+        return ("reference" if t.role == Role.BASELINE else "", "", "")
     search = _or_nm(v.search_tph, "{:,.0f}")
     confirmed = (
         f"{v.confirmed_tph:,.0f} ({_runs(v)})" if v.confirmed_tph is not None else "not confirmed"
@@ -149,7 +150,7 @@ def _config_row(t: TrialRow, v: Verdict | None = None) -> tuple[str, ...]:
 
 def _order(t: TrialRow) -> tuple[int, int]:
     # The baseline first (the reference every other row is read against), then by number.
-    return (0 if t.role == "baseline" else 1, t.number)
+    return (0 if t.role == Role.BASELINE else 1, t.number)
 
 
 def config_table(results: StudyResults) -> ReportTable:
@@ -216,12 +217,18 @@ def why_tables(results: StudyResults) -> list[tuple[ReportTable, str]]:
     if base is None or base.tasks_per_hour is None:
         return out
     candidates = sorted(
-        {t.control_of for t in results.trials if t.role == "control" and t.control_of is not None}
+        {
+            t.control_of
+            for t in results.trials
+            if t.role == Role.CONTROL and t.control_of is not None
+        }
     )
     for number in candidates:
         candidate = by_number.get(number)
-        controls = [t for t in results.trials if t.role == "control" and t.control_of == number]
-        kv_cut = next((c for c in controls if c.control_kind == "kv_cut" and c.feasible), None)
+        controls = [t for t in results.trials if t.role == Role.CONTROL and t.control_of == number]
+        kv_cut = next(
+            (c for c in controls if c.control_kind == ControlKind.KV_CUT and c.feasible), None
+        )
         if candidate is None or candidate.tasks_per_hour is None or kv_cut is None:
             continue
         rows = [base, candidate, *[c for c in controls if c.feasible]]

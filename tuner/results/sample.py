@@ -1,6 +1,6 @@
 """A small study with known numbers, written like `tuner optimize` writes one.
 
-Real Optuna trials (with the attributes of `tuner.study.attrs`) and real rows in tuner's tables,
+Real Optuna trials (with the attributes of `tuner.attrs`) and real rows in tuner's tables,
 so tests of export/report/dashboard read the same storage a real study leaves, and anyone can
 try the commands without a GPU: `write_sample_study("sqlite:///sample.db")`.
 
@@ -20,6 +20,7 @@ import optuna
 from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import TrialState, create_trial
 
+from tuner.attrs import ControlKind, Role, StudyAttr, TrialAttr
 from tuner.records import (
     ServerStartRecord,
     StartupFacts,
@@ -31,7 +32,6 @@ from tuner.records import (
 from tuner.results.loading import open_optuna_storage
 from tuner.server.spec import ServerSpec, SpeculativeSpec
 from tuner.storage import Store, TrialMeasurements
-from tuner.study.attrs import StudyAttr, TrialAttr
 
 __all__ = ["SAMPLE_MODEL", "Score", "write_sample_study"]
 
@@ -123,7 +123,7 @@ def _start(
     )
 
 
-def _attrs(role: str, spec: ServerSpec, **extra: object) -> dict[str, object]:
+def _attrs(role: Role, spec: ServerSpec, **extra: object) -> dict[str, object]:
     return {
         TrialAttr.ROLE: role,
         TrialAttr.SERVER_SPEC: spec.model_dump(mode="json"),
@@ -183,7 +183,7 @@ def write_sample_study(
         base_params,
         baseline.value,
         user_attrs=_attrs(
-            "baseline",
+            Role.BASELINE,
             base_spec,
             **{TrialAttr.KV_CACHE_TOKENS: 36253},
             **_probe(probes, "baseline"),
@@ -214,7 +214,7 @@ def write_sample_study(
         TrialState.COMPLETE,
         ngram_params,
         ngram.value,
-        user_attrs=_attrs("candidate", ngram_spec, **_probe(probes, "ngram")),
+        user_attrs=_attrs(Role.CANDIDATE, ngram_spec, **_probe(probes, "ngram")),
         constraints={"0": 0.0},
     )
     ngram_classes = [
@@ -252,7 +252,7 @@ def write_sample_study(
         {**base_params, "method": "ngram", "num_speculative_tokens": 5},
         0.0,
         user_attrs=_attrs(
-            "candidate",
+            Role.CANDIDATE,
             deep_spec,
             **{
                 TrialAttr.INFEASIBLE: True,
@@ -271,7 +271,7 @@ def write_sample_study(
         {**base_params, "max_num_seqs": 4},
         None,
         user_attrs=_attrs(
-            "candidate",
+            Role.CANDIDATE,
             base_spec.replace(max_num_seqs=4),
             **{TrialAttr.FAILURE_KIND: "unknown", TrialAttr.FAILURE_REASON: "Engine core died"},
         ),
@@ -285,7 +285,7 @@ def write_sample_study(
         {**base_params, "method": "mtp", "num_speculative_tokens": 1},
         None,
         user_attrs=_attrs(
-            "candidate",
+            Role.CANDIDATE,
             mtp_spec,
             **{
                 TrialAttr.TASKS_PER_HOUR: 300.0,
@@ -304,9 +304,9 @@ def write_sample_study(
         {**base_params, "kv_cache_memory_bytes": 1_500_000_000},
         467.0,
         user_attrs=_attrs(
-            "control",
+            Role.CONTROL,
             cut_spec,
-            **{TrialAttr.CONTROL_OF: 1, TrialAttr.CONTROL_KIND: "kv_cut"},
+            **{TrialAttr.CONTROL_OF: 1, TrialAttr.CONTROL_KIND: ControlKind.KV_CUT},
             **{TrialAttr.TASKS_PER_HOUR_LOW: 440.0, TrialAttr.TASKS_PER_HOUR_HIGH: 490.0},
             **{TrialAttr.TASKS_PER_HOUR: 467.0, TrialAttr.KV_CACHE_TOKENS: 27405},
         ),
@@ -323,7 +323,7 @@ def write_sample_study(
                 base_params if of == 0 else ngram_params,
                 tph,
                 user_attrs=_attrs(
-                    "confirm",
+                    Role.CONFIRM,
                     spec,
                     **{TrialAttr.CONFIRM_OF: of, TrialAttr.CONFIRM_ROUND: round_},
                     **extra,

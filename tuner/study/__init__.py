@@ -1,12 +1,23 @@
 """The study: presets and search space, the Optuna loop over Ray workers, resume.
 
-Names are loaded on first use: `tuner.study.attrs` (read by reports) must not pay for Ray.
+Importing the package does not import Ray: the driver imports it when a study starts, and only
+`tuner.study.workers` (the Ray actors) imports it at module level. One trial's work is
+`tuner.study.evaluate.evaluate`; the package does not export that function, so the name
+`tuner.study.evaluate` stays the module.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from tuner.study.driver import (
+    OptimizeOptions,
+    StudySummary,
+    open_study,
+    optimize,
+    run_waiting,
+)
+from tuner.study.evaluate import ThroughputPlan, TrialRequest, TrialResult
+from tuner.study.roles import enqueue_run
+from tuner.study.space import Preset, known_presets, load_preset
 
 __all__ = [
     "OptimizeOptions",
@@ -16,33 +27,9 @@ __all__ = [
     "TrialRequest",
     "TrialResult",
     "enqueue_run",
-    "evaluate",
     "known_presets",
     "load_preset",
     "open_study",
     "optimize",
     "run_waiting",
 ]
-
-_WHERE = {
-    "OptimizeOptions": "driver",
-    "StudySummary": "driver",
-    "open_study": "driver",
-    "optimize": "driver",
-    "run_waiting": "driver",
-    "enqueue_run": "roles",
-    "ThroughputPlan": "evaluate",
-    "TrialRequest": "evaluate",
-    "TrialResult": "evaluate",
-    "evaluate": "evaluate",
-    "Preset": "space",
-    "known_presets": "space",
-    "load_preset": "space",
-}
-
-
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'tuner.study' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"tuner.study.{module}"), name)

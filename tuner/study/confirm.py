@@ -28,8 +28,8 @@ from typing import Any, Final
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from tuner.attrs import Role, StudyAttr, TrialAttr, role_from
 from tuner.errors import ConfigError, StudyError
-from tuner.study.attrs import StudyAttr, TrialAttr
 
 __all__ = [
     "DEFAULT_CONFIRM",
@@ -89,7 +89,7 @@ class ConfirmSummary:
 
 
 def _role(t: FrozenTrial) -> str:
-    return str(t.user_attrs.get(TrialAttr.ROLE, "baseline" if t.number == 0 else "candidate"))
+    return role_from(t.user_attrs, t.number)
 
 
 def _feasible(t: FrozenTrial) -> bool:
@@ -103,11 +103,11 @@ def _feasible(t: FrozenTrial) -> bool:
 
 def plan_confirmation(trials: list[FrozenTrial], k: int) -> list[FrozenTrial]:
     """The baseline, then the top `k` feasible candidates by search-time value (best first)."""
-    base = next((t for t in trials if _role(t) == "baseline" and _feasible(t)), None)
+    base = next((t for t in trials if _role(t) == Role.BASELINE and _feasible(t)), None)
     if base is None:
         return []
     candidates = [
-        t for t in trials if _role(t) == "candidate" and _feasible(t) and t.params != base.params
+        t for t in trials if _role(t) == Role.CANDIDATE and _feasible(t) and t.params != base.params
     ]
     # One run per config: a repeated params set is the same server.
     seen: list[dict[str, Any]] = []
@@ -124,7 +124,7 @@ def _already(trials: list[FrozenTrial]) -> set[tuple[int, int]]:
     keep = (TrialState.COMPLETE, TrialState.RUNNING, TrialState.WAITING, TrialState.PRUNED)
     done = set()
     for t in trials:
-        if _role(t) != "confirm":
+        if _role(t) != Role.CONFIRM:
             continue
         failed_for_good = t.state == TrialState.FAIL and t.user_attrs.get(
             TrialAttr.FAILURE_KIND
@@ -142,7 +142,7 @@ def _already(trials: list[FrozenTrial]) -> set[tuple[int, int]]:
 def _enqueue(study: optuna.Study, params: dict[str, Any], attrs: dict[str, Any]) -> None:
     from tuner.study.roles import enqueue_run
 
-    enqueue_run(study, params, role="confirm", attrs=attrs)
+    enqueue_run(study, params, role=Role.CONFIRM, attrs=attrs)
 
 
 def queue_rounds(study: optuna.Study, configs: list[FrozenTrial], rounds: int) -> int:

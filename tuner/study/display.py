@@ -10,7 +10,7 @@ from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from tuner.study.attrs import TrialAttr
+from tuner.attrs import TrialAttr
 
 __all__ = ["SlotView", "StudyDisplay", "describe_params", "describe_trial", "ran_params"]
 

@@ -32,11 +32,11 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner import __version__
+from tuner.attrs import StudyAttr, TrialAttr
 from tuner.errors import ConfigError, StudyError
 from tuner.models import MODEL_NAMES, prepare
 from tuner.server import ServerSpec, reap_orphans
 from tuner.storage import Store, normalize_url
-from tuner.study.attrs import StudyAttr, TrialAttr
 from tuner.study.display import SlotView, StudyDisplay, ran_params
 from tuner.study.evaluate import ThroughputPlan, TrialRequest
 from tuner.study.loop import LoopOutcome, LoopSettings, RequestFactory, StudyLoop

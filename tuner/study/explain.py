@@ -1,7 +1,7 @@
 """`tuner explain`: why a speculative config lost, split into memory and cache reuse.
 
 The published study's controls, run automatically as extra trials of the same study (role
-"control", never exported, not counted in the trial budget):
+`Role.CONTROL`, never exported, not counted in the trial budget):
 
 - **kv_cut**: the baseline (no speculation) with its KV cache cut to the candidate's size. The
   tasks/h it loses against the baseline is what the smaller KV cache alone explains.
@@ -20,16 +20,15 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from tuner.attrs import ControlKind, Role, StudyAttr, TrialAttr
 from tuner.errors import StudyError
+from tuner.results.attribution import Attribution, attribute
 from tuner.storage import Store
-from tuner.study.attrs import StudyAttr, TrialAttr
 
 __all__ = [
-    "Attribution",
     "ControlPlan",
     "ExplainRow",
     "Explanation",
-    "attribute",
     "choose_candidate",
     "enqueue_controls",
     "explain",
@@ -41,82 +40,10 @@ EAGLE_STYLE = ("mtp", "eagle", "eagle3")
 
 
 @dataclass(frozen=True)
-class Attribution:
-    """How much of a candidate's loss against the baseline the smaller KV cache explains."""
-
-    baseline: float
-    candidate: float
-    kv_cut: float
-    # Share of steps that reused their whole previous prompt: the candidate's, and the
-    # reference's (the KV-cut control's, else the baseline's). None: not measured.
-    reuse_candidate: float | None = None
-    reuse_reference: float | None = None
-
-    @property
-    def lost(self) -> float:
-        """Tasks/h the candidate lost against the baseline."""
-        return self.baseline - self.candidate
-
-    @property
-    def explained_by_memory(self) -> float:
-        """Tasks/h the baseline loses when cut to the candidate's KV cache."""
-        return self.baseline - self.kv_cut
-
-    @property
-    def memory_share(self) -> float | None:
-        """Fraction of the loss that memory explains (None when nothing was lost)."""
-        return self.explained_by_memory / self.lost if self.lost > 0 else None
-
-    def sentence(self) -> str:
-        """The one-line answer."""
-        if self.lost <= 0:
-            return (
-                f"the candidate lost nothing against the baseline ({self.candidate:.0f} vs "
-                f"{self.baseline:.0f} tasks/h); there is no loss to explain"
-            )
-        share = self.memory_share or 0.0
-        explained = max(0.0, min(self.explained_by_memory, self.lost))
-        head = (
-            f"the smaller KV cache explains {explained:.0f} of the {self.lost:.0f} tasks/h lost "
-            f"({100 * max(0.0, min(share, 1.0)):.0f}%)"
-        )
-        if explained >= self.lost:
-            return head
-        return f"{head}; {self.remainder()}"
-
-    def remainder(self) -> str:
-        """What the loss beyond memory is put down to: cache reuse only where it was measured
-        to fall (by `REUSE_DROP` of the steps or more), otherwise "unexplained"."""
-        cand, ref = self.reuse_candidate, self.reuse_reference
-        if cand is None or ref is None:
-            return "the rest is unexplained (prefix reuse was not measured)"
-        measured = f"steps reusing their whole previous prompt: {cand:.0%} against {ref:.0%}"
-        if ref - cand >= REUSE_DROP:
-            return f"the rest is cache reuse ({measured})"
-        return f"the rest is unexplained (no reuse measure fell: {measured})"
-
-
-# A drop in full-prompt reuse smaller than this (share of steps) is within run-to-run noise.
-REUSE_DROP = 0.05
-
-
-def attribute(
-    baseline: float,
-    candidate: float,
-    kv_cut: float,
-    *,
-    reuse_candidate: float | None = None,
-    reuse_reference: float | None = None,
-) -> Attribution:
-    """Split `baseline - candidate` into the KV-cache part and the rest (reuse or unexplained)."""
-    return Attribution(baseline, candidate, kv_cut, reuse_candidate, reuse_reference)
-
-
-@dataclass(frozen=True)
 class ControlPlan:
     """One control to run (or reuse) for a candidate."""
 
-    kind: str  # "kv_cut" | "no_block_drop"
+    kind: ControlKind
     params: dict[str, Any]
     overrides: dict[str, Any]
     reuse: int | None  # number of a finished trial that already measured it
@@ -143,7 +70,7 @@ def _measured(t: FrozenTrial) -> bool:
 
 def _baseline(study: optuna.Study) -> FrozenTrial:
     for t in study.get_trials(deepcopy=False):
-        if t.user_attrs.get(TrialAttr.ROLE) == "baseline" and _measured(t):
+        if t.user_attrs.get(TrialAttr.ROLE) == Role.BASELINE and _measured(t):
             return t
     raise StudyError(
         f"study {study.study_name!r} has no finished baseline trial; run tuner optimize first"
@@ -169,14 +96,14 @@ def choose_candidate(study: optuna.Study, number: int | None) -> FrozenTrial:
         for t in trials
         if _measured(t)
         and t.params.get("method", "none") != "none"
-        and t.user_attrs.get(TrialAttr.ROLE) == "candidate"
+        and t.user_attrs.get(TrialAttr.ROLE) == Role.CANDIDATE
     ]
     if not speculative:
         raise StudyError(f"study {study.study_name!r} has no finished speculative trial to explain")
     return max(speculative, key=lambda t: t.value or 0.0)
 
 
-def _control_for(study: optuna.Study, candidate: int, kind: str) -> FrozenTrial | None:
+def _control_for(study: optuna.Study, candidate: int, kind: ControlKind) -> FrozenTrial | None:
     for t in study.get_trials(deepcopy=False):
         if (
             t.user_attrs.get(TrialAttr.CONTROL_OF) == candidate
@@ -205,7 +132,10 @@ def plan_controls(
         )
     plans.append(
         ControlPlan(
-            "kv_cut", params, overrides, _reuse(study, candidate, "kv_cut", params, overrides)
+            ControlKind.KV_CUT,
+            params,
+            overrides,
+            _reuse(study, candidate, ControlKind.KV_CUT, params, overrides),
         )
     )
     # A vLLM without the knob (0.26) would reject the control: never plan it there.
@@ -222,7 +152,10 @@ def plan_controls(
             over = {}
         plans.append(
             ControlPlan(
-                "no_block_drop", keep, over, _reuse(study, candidate, "no_block_drop", keep, over)
+                ControlKind.NO_BLOCK_DROP,
+                keep,
+                over,
+                _reuse(study, candidate, ControlKind.NO_BLOCK_DROP, keep, over),
             )
         )
     return plans
@@ -231,7 +164,7 @@ def plan_controls(
 def _reuse(
     study: optuna.Study,
     candidate: FrozenTrial,
-    kind: str,
+    kind: ControlKind,
     params: dict[str, Any],
     overrides: dict[str, Any],
 ) -> int | None:
@@ -256,7 +189,7 @@ def enqueue_controls(study: optuna.Study, candidate: FrozenTrial, plans: list[Co
         if plan.reuse is not None or _control_for(study, candidate.number, plan.kind):
             continue
         attrs: dict[str, Any] = {
-            TrialAttr.ROLE: "control",
+            TrialAttr.ROLE: Role.CONTROL,
             TrialAttr.CONTROL_OF: candidate.number,
             TrialAttr.CONTROL_KIND: plan.kind,
         }
@@ -377,8 +310,8 @@ def explain(options: Any, trial_number: int | None = None) -> Explanation:
             (f"candidate ({candidate.params['method']})", by_number[candidate.number]),
         ]
         labels = {
-            "kv_cut": "baseline, KV cache cut to the candidate's",
-            "no_block_drop": "candidate, last block kept",
+            ControlKind.KV_CUT: "baseline, KV cache cut to the candidate's",
+            ControlKind.NO_BLOCK_DROP: "candidate, last block kept",
         }
         for plan in plans:
             measured = (

@@ -35,8 +35,8 @@ import optuna
 from optuna.storages._heartbeat import BaseHeartbeat, is_heartbeat_enabled
 from optuna.trial import FrozenTrial, TrialState
 
+from tuner.attrs import Role, TrialAttr
 from tuner.storage import Store
-from tuner.study.attrs import TrialAttr
 from tuner.study.backend import Finished, TrialBackend
 from tuner.study.display import SlotView, StudyDisplay, describe_params, describe_trial
 from tuner.study.evaluate import TrialRequest
@@ -266,7 +266,7 @@ class StudyLoop:
                     self.exhausted = True
                     return
                 self.study.enqueue_trial(
-                    params, user_attrs={TrialAttr.ROLE: "candidate"}, skip_if_exists=False
+                    params, user_attrs={TrialAttr.ROLE: Role.CANDIDATE}, skip_if_exists=False
                 )
             trial = ask(self.study)
             if self._heartbeat:
@@ -274,7 +274,7 @@ class StudyLoop:
             trial.set_user_attr(TrialAttr.DRIVER, self._driver)
             params = self.preset.suggest(trial)
             if TrialAttr.ROLE not in trial.user_attrs:
-                trial.set_user_attr(TrialAttr.ROLE, "candidate")
+                trial.set_user_attr(TrialAttr.ROLE, Role.CANDIDATE)
             role = str(trial.user_attrs[TrialAttr.ROLE])
             if role in SAMPLED_ROLES and self._reject_duplicate(trial, params, trials):
                 continue
@@ -322,7 +322,7 @@ class StudyLoop:
             if t.user_attrs.get(TrialAttr.INFEASIBLE):
                 continue
             completed += 1
-            if curve is None and role_of(t) == "baseline":
+            if curve is None and role_of(t) == Role.BASELINE:
                 curve = dict(t.intermediate_values) or {1: float(t.value or 0.0)}
         return curve, completed
 
@@ -344,7 +344,7 @@ class StudyLoop:
             run.trial.report(float(p.tasks_per_hour), p.tasks_done)
             rate = RunningRate(p.tasks_done, p.tasks_total, p.successes, p.elapsed_s)
             if (
-                run.role == "candidate"
+                run.role == Role.CANDIDATE
                 and not run.stopping
                 and self.settings.prune_rule.should_prune(rate, curve, completed)
             ):

@@ -25,10 +25,10 @@ from typing import Any
 
 import optuna
 
+from tuner.attrs import StudyAttr
 from tuner.errors import ConfigError, StudyError
 from tuner.server.capabilities import VllmCapabilities, probe_launch_command
 from tuner.settings import get_settings
-from tuner.study.attrs import StudyAttr
 from tuner.study.sizing import check_sizing
 from tuner.study.space import Preset
 

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 import optuna
 from optuna.trial import TrialState
 
+from tuner.attrs import TrialAttr
 from tuner.storage import Store, TrialMeasurements
-from tuner.study.attrs import TrialAttr
 
 if TYPE_CHECKING:
     from tuner.study.evaluate import TrialResult

@@ -31,9 +31,9 @@ from typing import Any, Final
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from tuner.attrs import Role, StudyAttr, TrialAttr
 from tuner.storage import Store
 from tuner.storage.engine import keep_reconnecting
-from tuner.study.attrs import StudyAttr, TrialAttr
 from tuner.study.roles import counts_toward_budget, role_of
 
 __all__ = [
@@ -249,11 +249,11 @@ def recover(study: optuna.Study, store: Store | None) -> list[int]:
 def ensure_baseline(study: optuna.Study, params: dict[str, Any]) -> bool:
     """Queue the baseline unless one is measured, running or queued; True when queued."""
     for t in study.get_trials(deepcopy=False):
-        if role_of(t) == "baseline" and (
+        if role_of(t) == Role.BASELINE and (
             counts_toward_budget(t) or t.state in (TrialState.RUNNING, TrialState.WAITING)
         ):
             return False
-    study.enqueue_trial(params, user_attrs={TrialAttr.ROLE: "baseline"}, skip_if_exists=False)
+    study.enqueue_trial(params, user_attrs={TrialAttr.ROLE: Role.BASELINE}, skip_if_exists=False)
     return True
 
 

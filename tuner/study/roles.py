@@ -23,7 +23,7 @@ from typing import Any, Final
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner.study.attrs import TrialAttr
+from tuner.attrs import Role, TrialAttr, role_from
 
 __all__ = [
     "EXTRA_ROLES",
@@ -34,8 +34,8 @@ __all__ = [
     "role_of",
 ]
 
-SAMPLED_ROLES: Final = ("baseline", "candidate")
-EXTRA_ROLES: Final = ("control", "confirm")
+SAMPLED_ROLES: Final = (Role.BASELINE, Role.CANDIDATE)
+EXTRA_ROLES: Final = (Role.CONTROL, Role.CONFIRM)
 
 # FAIL kinds that say nothing about the config: the driver or its worker went away, or the
 # trial repeated another's params. They never count toward --n-trials.
@@ -44,10 +44,7 @@ NOT_MEASURED_KINDS: Final = frozenset({"interrupted", "duplicate", "worker_crash
 
 def role_of(trial: FrozenTrial) -> str:
     """The trial's role; trials written before roles existed are baseline (0) or candidates."""
-    role = trial.user_attrs.get(TrialAttr.ROLE)
-    if role is None:
-        return "baseline" if trial.number == 0 else "candidate"
-    return str(role)
+    return role_from(trial.user_attrs, trial.number)
 
 
 def is_sampled(trial: FrozenTrial) -> bool:
@@ -80,7 +77,7 @@ def enqueue_run(
     study: optuna.Study,
     params: Mapping[str, Any],
     *,
-    role: str,
+    role: Role,
     attrs: Mapping[str, Any] | None = None,
 ) -> None:
     """Queue one extra run (a control or a confirmation) as a WAITING trial of the study.
@@ -89,7 +86,7 @@ def enqueue_run(
         study: The study to add it to.
         params: The Optuna params the server is built from (`Preset.server_spec`); a control's
             changes to that server go in `attrs[TrialAttr.SPEC_OVERRIDES]`.
-        role: "control" or "confirm" (see the module docstring for what that guarantees).
+        role: `Role.CONTROL` or `Role.CONFIRM` (see the module docstring for what that guarantees).
         attrs: Further user attributes (e.g. `TrialAttr.CONTROL_OF`); they are copied to a
             re-queued trial if the run is interrupted.
 
@@ -97,10 +94,11 @@ def enqueue_run(
         ValueError: `role` is not an extra role, or `attrs` sets the role itself.
     """
     if role not in EXTRA_ROLES:
-        raise ValueError(f"enqueue_run queues extra runs ({', '.join(EXTRA_ROLES)}), not {role!r}")
+        extra = ", ".join(EXTRA_ROLES)
+        raise ValueError(f"enqueue_run queues extra runs ({extra}), not {str(role)!r}")
     user_attrs = dict(attrs or {})
     if TrialAttr.ROLE in user_attrs:
         raise ValueError("give the role as role=..., not in attrs")
-    user_attrs[TrialAttr.ROLE] = role
+    user_attrs[TrialAttr.ROLE] = str(role)
     # skip_if_exists=False: a confirmation repeats params on purpose.
     study.enqueue_trial(dict(params), user_attrs=user_attrs, skip_if_exists=False)

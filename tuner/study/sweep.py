@@ -25,13 +25,13 @@ import httpx
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from tuner.attrs import Role, TrialAttr, role_from
 from tuner.errors import StartupFailed, StudyError, TunerError
 from tuner.models import MODEL_NAMES, prepare
 from tuner.records import WorkloadRecord
 from tuner.results.load import SWEEP_ATTR, LoadPoint, LoadSweep, SweptConfig, sweep_from_attrs
 from tuner.server import Launcher, ServerSpec, SpeculativeSpec
 from tuner.storage import Store, normalize_url
-from tuner.study.attrs import TrialAttr
 from tuner.study.space import Preset
 from tuner.workload import run_workload_sync
 
@@ -47,7 +47,6 @@ __all__ = [
 
 SWEEP_TABLE_SUFFIX: Final = ":load-sweep"
 _SEED_STRIDE: Final = 1000
-_CONFIRM_OF: Final = "confirm_of"  # TrialAttr.CONFIRM_OF, written by `tuner confirm`
 
 
 @dataclass(frozen=True)
@@ -87,8 +86,7 @@ def _measured(t: FrozenTrial) -> bool:
 
 
 def _role(t: FrozenTrial) -> str:
-    role = t.user_attrs.get(TrialAttr.ROLE)
-    return str(role) if role is not None else ("baseline" if t.number == 0 else "candidate")
+    return role_from(t.user_attrs, t.number)
 
 
 def choose_finalists(trials: Sequence[FrozenTrial], top: int) -> list[Finalist]:
@@ -97,20 +95,22 @@ def choose_finalists(trials: Sequence[FrozenTrial], top: int) -> list[Finalist]:
     With confirmation runs (role "confirm") the configs they confirmed are ranked by their mean
     confirmed tasks/h; otherwise the search trials by their own value.
     """
-    base = next((t for t in trials if _role(t) == "baseline" and _measured(t)), None)
+    base = next((t for t in trials if _role(t) == Role.BASELINE and _measured(t)), None)
     if base is None:
         raise StudyError("the study has no finished baseline trial; run tuner optimize first")
     by_number = {t.number: t for t in trials}
     confirmed: dict[int, list[float]] = {}
     for t in trials:
-        of = t.user_attrs.get(_CONFIRM_OF)
-        if _role(t) == "confirm" and _measured(t) and isinstance(of, int) and of in by_number:
+        of = t.user_attrs.get(TrialAttr.CONFIRM_OF)
+        if _role(t) == Role.CONFIRM and _measured(t) and isinstance(of, int) and of in by_number:
             confirmed.setdefault(of, []).append(float(t.value or 0.0))
     if any(n != base.number for n in confirmed):
         scored = [(statistics.fmean(v), by_number[n]) for n, v in confirmed.items()]
     else:
         scored = [
-            (float(t.value or 0.0), t) for t in trials if _role(t) == "candidate" and _measured(t)
+            (float(t.value or 0.0), t)
+            for t in trials
+            if _role(t) == Role.CANDIDATE and _measured(t)
         ]
     picked: list[Finalist] = [Finalist(f"#{base.number}", base.number, dict(base.params), True)]
     seen = [base.params]

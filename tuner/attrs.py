@@ -6,14 +6,17 @@ the names are one contract kept here. Measurements also live, in full, in tuner'
 
 from __future__ import annotations
 
-from typing import Final
+from collections.abc import Mapping
+from enum import StrEnum
+from typing import Any, Final
 
 __all__ = [
-    "CONTROL_KINDS",
     "PARAM_NAMES",
-    "ROLES",
+    "ControlKind",
+    "Role",
     "StudyAttr",
     "TrialAttr",
+    "role_from",
 ]
 
 # Optuna parameter names (the search space). Conditional ones appear only when they apply.
@@ -28,8 +31,21 @@ PARAM_NAMES: Final = (
     "disable_eagle_block_drop",  # mtp/eagle/eagle3 when the preset allows it
 )
 
-ROLES: Final = ("baseline", "candidate", "control", "confirm")
-CONTROL_KINDS: Final = ("kv_cut", "no_block_drop")
+
+class Role(StrEnum):
+    """A trial's role (`TrialAttr.ROLE`); see `tuner.study.roles` for what each one guarantees."""
+
+    BASELINE = "baseline"  # no speculation at the preset's baseline memory and max_num_seqs
+    CANDIDATE = "candidate"  # a sampled config
+    CONTROL = "control"  # `tuner explain`'s extra run for a candidate
+    CONFIRM = "confirm"  # a re-run of a top config or the baseline (`tuner confirm`)
+
+
+class ControlKind(StrEnum):
+    """Which control a `Role.CONTROL` trial is (`TrialAttr.CONTROL_KIND`)."""
+
+    KV_CUT = "kv_cut"  # the baseline with its KV cache cut to the candidate's
+    NO_BLOCK_DROP = "no_block_drop"  # the candidate with the last cache block kept
 
 
 class StudyAttr:
@@ -50,9 +66,9 @@ class StudyAttr:
 class TrialAttr:
     """Trial-level user attributes (all JSON-able)."""
 
-    ROLE: Final = "role"  # one of ROLES
+    ROLE: Final = "role"  # a Role
     CONTROL_OF: Final = "control_of"  # trial number of the candidate a control explains
-    CONTROL_KIND: Final = "control_kind"  # one of CONTROL_KINDS
+    CONTROL_KIND: Final = "control_kind"  # a ControlKind
     SPEC_OVERRIDES: Final = "spec_overrides"  # a control's changes to the params' ServerSpec
     SERVER_SPEC: Final = "server_spec"  # ServerSpec.model_dump(mode="json") actually launched
     SERVE_COMMAND: Final = "serve_command"  # `vllm serve MODEL ...` a user would paste
@@ -84,3 +100,15 @@ class TrialAttr:
     PROBE: Final = "probe"  # tuner.workload.probe.ProbeResult.to_json(): greedy probe answers
     CONFIRM_OF: Final = "confirm_of"  # a confirmation run: the trial number whose config it re-runs
     CONFIRM_ROUND: Final = "confirm_round"  # a confirmation run: its round (0, 1, ...)
+
+
+def role_from(user_attrs: Mapping[str, Any], number: int) -> str:
+    """A trial's role from its user attributes.
+
+    Trials written before roles existed are the baseline (trial 0) or candidates. A role this
+    version does not know is returned as written, so reports still show it.
+    """
+    role = user_attrs.get(TrialAttr.ROLE)
+    if role is None:
+        return str(Role.BASELINE if number == 0 else Role.CANDIDATE)
+    return str(role)
