@@ -19,7 +19,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from tests.e2e.conftest import run_optimize, tuner_env
+from tests.e2e.conftest import TASKS, run_optimize, tuner_env
 from tuner.attrs import TrialAttr
 from tuner.server.reaper import port_free
 from tuner.storage import Store
@@ -62,7 +62,7 @@ def test_sigkilled_driver_resumes_without_loss(
     state_dir = cache_dir / "run"
     argv = [
         sys.executable, "-m", "tuner.cli", "optimize", "--model", "smollm2-135m", "--gpu",
-        "cpu", "--storage", url, "--study", "killed", "--n-trials", "1",
+        "cpu", "--storage", url, "--study", "killed", "--n-trials", "1", "--tasks", str(TASKS),
     ]  # fmt: skip
     driver = subprocess.Popen(
         argv, env=tuner_env(cache_dir), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
