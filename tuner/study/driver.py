@@ -54,6 +54,7 @@ __all__ = [
     "optimize",
     "request_factory",
     "run_waiting",
+    "same_scores",
 ]
 
 RAY_CONNECT_TIMEOUT_S = 5.0
@@ -110,12 +111,33 @@ def open_study(preset: Preset, options: OptimizeOptions) -> optuna.Study:
         study.set_user_attr(StudyAttr.MODEL, preset.model.name)
         study.set_user_attr(StudyAttr.GPU, preset.gpu.name)
         study.set_user_attr(StudyAttr.TUNER_VERSION, __version__)
-    elif stored != preset_json:
+    elif not same_scores(stored, preset):
         raise StudyError(
             f"study {name!r} was created with a different preset or workload, so its scores "
             "are not comparable; use the same options or a new --study name"
         )
     return study
+
+
+# Preset fields that decide what happens after the search, not how a trial is scored: a study
+# resumed with other values stays comparable.
+_AFTER_SEARCH = frozenset({"confirm", "load_sweep"})
+
+
+def same_scores(stored: dict[str, Any], preset: Preset) -> bool:
+    """Whether trials scored under the stored preset compare with trials under `preset`.
+
+    The stored JSON is validated first, so fields a newer tuner added with defaults compare
+    as their defaults (a study made before a field existed still resumes), and the fields in
+    `_AFTER_SEARCH` are left out.
+    """
+    try:
+        old = Preset.model_validate(stored)
+    except ValueError:
+        return False
+    return old.model_dump(exclude=set(_AFTER_SEARCH)) == preset.model_dump(
+        exclude=set(_AFTER_SEARCH)
+    )
 
 
 def request_factory(preset: Preset, *, model_path: str, cache_dir: Path) -> RequestFactory:
