@@ -17,7 +17,8 @@ def test_public_surface() -> None:
     }
     assert public == set(tuner.server.__all__)
     assert set(tuner.server.__all__) == {
-        "SPECULATIVE_METHODS",
+        "EAGLE_STYLE",
+        "NEEDS_DRAFT",
         "FailureKind",
         "Launcher",
         "ServerHandle",

@@ -6,11 +6,12 @@ import io
 
 from rich.console import Console
 
-from tuner.study.display import SlotView, StudyDisplay, describe_params
+from tuner.results.configs import describe_config_short
+from tuner.study.display import SlotView, StudyDisplay
 
 
 def test_describe_params_names_every_knob() -> None:
-    label = describe_params(
+    label = describe_config_short(
         {
             "method": "ngram",
             "num_speculative_tokens": 3,
@@ -21,7 +22,7 @@ def test_describe_params_names_every_knob() -> None:
         }
     )
     assert label == "ngram d3 [2,5] kv 2.0GB seqs 8"
-    assert describe_params({"method": "mtp", "num_speculative_tokens": 1,
+    assert describe_config_short({"method": "mtp", "num_speculative_tokens": 1,
                             "gpu_memory_utilization": 0.9, "max_num_seqs": 512,
                             "disable_eagle_block_drop": True}) == (
         "mtp d1 mem 0.90 seqs 512 keep-block"

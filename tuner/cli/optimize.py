@@ -63,9 +63,9 @@ def optimize_cmd(
 ) -> None:
     """Search speculative-decoding configs by successful agent tasks per hour (resumable)."""
     # Imported here: Ray and vLLM-side modules cost seconds, which other commands need not pay.
+    from tuner.results.configs import describe_config_short
     from tuner.study import OptimizeOptions, load_preset, optimize
     from tuner.study.confirm import parse_confirm
-    from tuner.study.display import describe_params
 
     preset = load_preset(model=model, gpu=gpu, space=space)
     plan = parse_confirm(confirm or _default_confirm(preset.gpu.cpu))  # fails before any start
@@ -104,7 +104,7 @@ def optimize_cmd(
         table.add_column("best")
         best = (
             f"trial {summary.best_number}: {summary.best_value:.1f} tasks/h "
-            f"({describe_params(summary.best_params)})"
+            f"({describe_config_short(summary.best_params)})"
             if summary.best_number is not None
             else "none yet"
         )

@@ -1,6 +1,7 @@
 """What a config is in words, how its steps reused the cache, and what a workload mode means.
 
-Small vocabulary shared by loading, export, report and plots.
+Small vocabulary shared by loading, export, report and plots, and by the study's live view
+(`describe_config_short`).
 """
 
 from __future__ import annotations
@@ -9,11 +10,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["MODE_NOTES", "REUSE_CLASSES", "ReuseCounts", "describe_config"]
+from tuner.workload.reuse import COUNTED_REUSE_CLASSES
 
-# Per-step prefix reuse against the previous step's prompt (docs/workload.md); the first
-# step of a task has nothing to reuse and is not counted.
-REUSE_CLASSES = ("all", "one_block_short", "partial", "none")
+__all__ = ["MODE_NOTES", "ReuseCounts", "describe_config", "describe_config_short"]
 
 # What a study's numbers mean in each workload mode; replay forces turn lengths and grades nothing.
 MODE_NOTES = {
@@ -24,11 +23,9 @@ MODE_NOTES = {
 
 _METHOD_NAMES = {
     "ngram": "n-gram",
-    "ngram_gpu": "n-gram (GPU)",
     "mtp": "MTP",
     "eagle": "EAGLE",
     "eagle3": "EAGLE-3",
-    "dflash": "DFlash",
     "draft_model": "draft model",
     "suffix": "suffix",
 }
@@ -36,7 +33,11 @@ _METHOD_NAMES = {
 
 @dataclass(frozen=True)
 class ReuseCounts:
-    """How many scored steps reused their previous prompt in each way."""
+    """How many scored steps reused their previous prompt in each way (docs/workload.md).
+
+    The first step of a task has nothing to reuse and is not counted: the fields are
+    `tuner.workload.reuse.COUNTED_REUSE_CLASSES`.
+    """
 
     all: int = 0
     one_block_short: int = 0
@@ -49,10 +50,10 @@ class ReuseCounts:
         return self.all + self.one_block_short + self.partial + self.none
 
     def fractions(self) -> dict[str, float]:
-        """Share of steps per class, in `REUSE_CLASSES` order (empty when nothing counted)."""
+        """Share of steps per class, in `COUNTED_REUSE_CLASSES` order (empty: nothing counted)."""
         if self.total == 0:
             return {}
-        return {name: getattr(self, name) / self.total for name in REUSE_CLASSES}
+        return {name: getattr(self, name) / self.total for name in COUNTED_REUSE_CLASSES}
 
 
 def describe_config(params: Mapping[str, Any]) -> str:
@@ -74,3 +75,22 @@ def describe_config(params: Mapping[str, Any]) -> str:
     if params.get("max_num_seqs") is not None:
         parts.append(f"max seqs {params['max_num_seqs']}")
     return ", ".join(parts)
+
+
+def describe_config_short(params: Mapping[str, Any]) -> str:
+    """A config in a live view's column: "ngram d3 [2,5] seqs 8 kv 2.0GB" (`describe_config`
+    says the same in words)."""
+    parts = [str(params.get("method", "none"))]
+    if "num_speculative_tokens" in params:
+        parts.append(f"d{params['num_speculative_tokens']}")
+    if "prompt_lookup_min" in params:
+        parts.append(f"[{params['prompt_lookup_min']},{params.get('prompt_lookup_max')}]")
+    if "gpu_memory_utilization" in params:
+        parts.append(f"mem {params['gpu_memory_utilization']:.2f}")
+    if "kv_cache_memory_bytes" in params:
+        parts.append(f"kv {params['kv_cache_memory_bytes'] / 1e9:.1f}GB")
+    if "max_num_seqs" in params:
+        parts.append(f"seqs {params['max_num_seqs']}")
+    if params.get("disable_eagle_block_drop"):
+        parts.append("keep-block")
+    return " ".join(parts)

@@ -21,14 +21,14 @@ from tuner.attrs import ControlKind, Role, StudyAttr, TrialAttr, role_from
 from tuner.errors import StudyError
 from tuner.metrics import RunOutcomes
 from tuner.records import ServerStartRecord, ThroughputRecord, WorkloadRecord
-from tuner.results.configs import MODE_NOTES, REUSE_CLASSES, ReuseCounts, describe_config
+from tuner.results.configs import MODE_NOTES, ReuseCounts, describe_config
 from tuner.results.load import LoadSweep, sweep_from_attrs
 from tuner.storage import Store, masked, normalize_url, open_engine
 from tuner.workload.probe import ProbeResult
+from tuner.workload.reuse import COUNTED_REUSE_CLASSES
 
 __all__ = [
     "MODE_NOTES",
-    "REUSE_CLASSES",
     "ReuseCounts",
     "StudyResults",
     "TrialRow",
@@ -359,7 +359,7 @@ def _cache_hit_pct(w: WorkloadRecord | None, ua: Mapping[str, Any]) -> float | N
 def _reuse(w: WorkloadRecord | None) -> ReuseCounts | None:
     if w is None or not w.task_records:
         return None
-    counts = dict.fromkeys(REUSE_CLASSES, 0)
+    counts = dict.fromkeys(COUNTED_REUSE_CLASSES, 0)
     for task in w.task_records:
         if task.warmup:
             continue

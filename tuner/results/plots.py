@@ -19,7 +19,8 @@ from matplotlib.ticker import MaxNLocator
 
 from tuner.attrs import Role
 from tuner.results.load_plot import draw_sweep
-from tuner.results.loading import REUSE_CLASSES, StudyResults, TrialRow
+from tuner.results.loading import StudyResults, TrialRow
+from tuner.workload.reuse import COUNTED_REUSE_CLASSES
 
 __all__ = [
     "PLOT_FILES",
@@ -157,7 +158,7 @@ def reuse_series(results: StudyResults) -> ReuseSeries:
     rows = [(t, t.reuse.fractions()) for t in _ordered(results) if t.reuse is not None]
     return ReuseSeries(
         labels=tuple(short_label(t) for t, _ in rows),
-        fractions={name: tuple(f[name] for _, f in rows) for name in REUSE_CLASSES},
+        fractions={name: tuple(f[name] for _, f in rows) for name in COUNTED_REUSE_CLASSES},
     )
 
 
@@ -233,7 +234,7 @@ def draw_reuse(s: ReuseSeries) -> Figure:
     fig, ax = _figure("Prefix reuse per step")
     xs = list(range(len(s.labels)))
     bottom = [0.0] * len(xs)
-    for name in REUSE_CLASSES:
+    for name in COUNTED_REUSE_CLASSES:
         values = s.fractions[name]
         ax.bar(xs, values, bottom=bottom, label=name.replace("_", " "), color=_REUSE_COLORS[name])
         bottom = [b + v for b, v in zip(bottom, values, strict=True)]

@@ -18,7 +18,8 @@ from tuner.results.attribution import attribute
 from tuner.results.decision import Verdict, judge_study
 from tuner.results.export import choose_export
 from tuner.results.load import load_lines, load_table_rows
-from tuner.results.loading import REUSE_CLASSES, StudyResults, TrialRow
+from tuner.results.loading import StudyResults, TrialRow
+from tuner.workload.reuse import COUNTED_REUSE_CLASSES
 
 __all__ = [
     "CONFIG_COLUMNS",
@@ -141,7 +142,7 @@ def _config_row(t: TrialRow, v: Verdict | None = None) -> tuple[str, ...]:
         _or_nm(solved),
         _interval(t),
         _or_nm(t.cache_hit_pct, "{:.0f}%"),
-        *(_or_nm(reuse.get(name), "{:.0%}") for name in REUSE_CLASSES),
+        *(_or_nm(reuse.get(name), "{:.0%}") for name in COUNTED_REUSE_CLASSES),
         _or_nm(t.preemptions, "{:,}"),
         _or_nm(t.energy_per_success_j, "{:,.0f} J"),
         *_verdict_cells(t, v),

@@ -12,10 +12,17 @@ from tuner.server.facts import merge_facts, parse_cache_info, parse_log, parse_m
 from tuner.server.failures import FailureKind, StartupFailure, classify
 from tuner.server.launcher import Launcher, ServerHandle, free_port
 from tuner.server.reaper import reap_orphans
-from tuner.server.spec import SPECULATIVE_METHODS, ServerSpec, SpeculativeMethod, SpeculativeSpec
+from tuner.server.spec import (
+    EAGLE_STYLE,
+    NEEDS_DRAFT,
+    ServerSpec,
+    SpeculativeMethod,
+    SpeculativeSpec,
+)
 
 __all__ = [
-    "SPECULATIVE_METHODS",
+    "EAGLE_STYLE",
+    "NEEDS_DRAFT",
     "FailureKind",
     "Launcher",
     "ServerHandle",

@@ -21,7 +21,8 @@ from tuner.server.knobs import DepthSchedule, check_depth_schedule, suffix_decod
 from tuner.settings import LaunchCommand
 
 __all__ = [
-    "SPECULATIVE_METHODS",
+    "EAGLE_STYLE",
+    "NEEDS_DRAFT",
     "DepthSchedule",
     "ServerSpec",
     "SpeculativeMethod",
@@ -31,18 +32,10 @@ __all__ = [
 ]
 
 SpeculativeMethod = Literal["none", "ngram", "mtp", "eagle", "eagle3", "draft_model", "suffix"]
-SPECULATIVE_METHODS: tuple[str, ...] = (
-    "none",
-    "ngram",
-    "mtp",
-    "eagle",
-    "eagle3",
-    "draft_model",
-    "suffix",
-)
-_NEEDS_DRAFT = frozenset({"eagle", "eagle3", "draft_model"})
+# The methods whose drafter is a separate checkpoint (`SpeculativeSpec.draft_model`).
+NEEDS_DRAFT: frozenset[SpeculativeMethod] = frozenset({"eagle", "eagle3", "draft_model"})
 # vLLM's `use_eagle()`: the drafters that read target hidden states and drop the last block.
-_EAGLE_STYLE = frozenset({"eagle", "eagle3", "mtp"})
+EAGLE_STYLE: frozenset[SpeculativeMethod] = frozenset({"eagle", "eagle3", "mtp"})
 # Flags that ServerSpec fields render: extra_args may not repeat them, so that one spec is
 # one server and equal specs are equal servers.
 _FIELD_FLAGS = (
@@ -128,11 +121,11 @@ class SpeculativeSpec(BaseModel):
         lo, hi = lookup
         if lo is not None and hi is not None and lo > hi:
             raise ValueError(f"prompt_lookup_min={lo} must be <= prompt_lookup_max={hi}")
-        if method in _NEEDS_DRAFT and not self.draft_model:
+        if method in NEEDS_DRAFT and not self.draft_model:
             raise ValueError(f"method {method!r} needs draft_model (a path or model id)")
-        if method not in _NEEDS_DRAFT and self.draft_model:
+        if method not in NEEDS_DRAFT and self.draft_model:
             raise ValueError(f"method {method!r} takes no draft_model")
-        if self.disable_eagle_block_drop and method not in _EAGLE_STYLE:
+        if self.disable_eagle_block_drop and method not in EAGLE_STYLE:
             raise ValueError("disable_eagle_block_drop applies to eagle, eagle3 and mtp only")
         return self
 

@@ -11,27 +11,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from tuner.attrs import TrialAttr
+from tuner.results.configs import describe_config_short
 
-__all__ = ["SlotView", "StudyDisplay", "describe_params", "describe_trial", "ran_params"]
-
-
-def describe_params(params: dict[str, Any]) -> str:
-    """A short label for a candidate, e.g. `ngram d3 [2,5] seqs 8 kv 2.0GB`."""
-    method = params.get("method", "none")
-    parts = [method]
-    if "num_speculative_tokens" in params:
-        parts.append(f"d{params['num_speculative_tokens']}")
-    if "prompt_lookup_min" in params:
-        parts.append(f"[{params['prompt_lookup_min']},{params.get('prompt_lookup_max')}]")
-    if "gpu_memory_utilization" in params:
-        parts.append(f"mem {params['gpu_memory_utilization']:.2f}")
-    if "kv_cache_memory_bytes" in params:
-        parts.append(f"kv {params['kv_cache_memory_bytes'] / 1e9:.1f}GB")
-    if "max_num_seqs" in params:
-        parts.append(f"seqs {params['max_num_seqs']}")
-    if params.get("disable_eagle_block_drop"):
-        parts.append("keep-block")
-    return " ".join(parts)
+__all__ = ["SlotView", "StudyDisplay", "describe_trial", "ran_params"]
 
 
 def ran_params(params: dict[str, Any], user_attrs: dict[str, Any]) -> dict[str, Any]:
@@ -41,8 +23,8 @@ def ran_params(params: dict[str, Any], user_attrs: dict[str, Any]) -> dict[str, 
 
 
 def describe_trial(params: dict[str, Any], user_attrs: dict[str, Any]) -> str:
-    """`describe_params` of what ran, saying when max_num_seqs was clamped from the asked value."""
-    label = describe_params(ran_params(params, user_attrs))
+    """`describe_config_short` of what ran, saying when max_num_seqs was clamped from the asked."""
+    label = describe_config_short(ran_params(params, user_attrs))
     if user_attrs.get(TrialAttr.MAX_NUM_SEQS_CLAMPED) is not None:
         label += f" (max_num_seqs clamped from {params.get('max_num_seqs')})"
     return label

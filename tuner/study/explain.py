@@ -23,6 +23,7 @@ from optuna.trial import FrozenTrial, TrialState
 from tuner.attrs import ControlKind, Role, StudyAttr, TrialAttr
 from tuner.errors import StudyError
 from tuner.results.attribution import Attribution, attribute
+from tuner.server import EAGLE_STYLE
 from tuner.storage import Store
 
 __all__ = [
@@ -35,8 +36,6 @@ __all__ = [
     "explain_rows",
     "plan_controls",
 ]
-
-EAGLE_STYLE = ("mtp", "eagle", "eagle3")
 
 
 @dataclass(frozen=True)

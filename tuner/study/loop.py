@@ -36,9 +36,10 @@ from optuna.storages._heartbeat import BaseHeartbeat, is_heartbeat_enabled
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.attrs import Role, TrialAttr
+from tuner.results.configs import describe_config_short
 from tuner.storage import Store
 from tuner.study.backend import Finished, TrialBackend
-from tuner.study.display import SlotView, StudyDisplay, describe_params, describe_trial
+from tuner.study.display import SlotView, StudyDisplay, describe_trial
 from tuner.study.evaluate import TrialRequest
 from tuner.study.pruning import PruneRule, RunningRate
 from tuner.study.recording import record_result
@@ -306,7 +307,7 @@ class StudyLoop:
         self.backend.submit(slot, self.make_request(trial, params))
         self.inflight[trial.number] = _Running(slot, trial, role)
         self.display.slots[slot : slot + 1] = [
-            SlotView(trial=trial.number, label=describe_params(params), state="starting")
+            SlotView(trial=trial.number, label=describe_config_short(params), state="starting")
         ]
         self.display.update()
 

@@ -8,7 +8,7 @@ default). `--model M --gpu G` picks `search_spaces/M/G.yaml`; `--space FILE` tak
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import optuna
 import yaml
@@ -24,7 +24,7 @@ from pydantic import (
 )
 
 from tuner.errors import ConfigError
-from tuner.server import ServerSpec, SpeculativeSpec
+from tuner.server import EAGLE_STYLE, NEEDS_DRAFT, ServerSpec, SpeculativeMethod, SpeculativeSpec
 from tuner.server.knobs import suffix_decoding_available
 from tuner.workload.settings import WorkloadSettings
 
@@ -39,7 +39,6 @@ __all__ = [
 ]
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
-Method = Literal["none", "ngram", "mtp", "eagle", "eagle3", "draft_model", "suffix"]
 
 
 class IntRange(BaseModel):
@@ -121,7 +120,7 @@ class SearchSpace(BaseModel):
     """What the sampler may choose; every value one that vLLM itself would accept."""
 
     model_config = _FROZEN
-    methods: tuple[Method, ...] = Field(default=("none", "ngram"), min_length=1)
+    methods: tuple[SpeculativeMethod, ...] = Field(default=("none", "ngram"), min_length=1)
     # vLLM: num_speculative_tokens, prompt_lookup_min and prompt_lookup_max are >= 1, and
     # prompt_lookup_min <= prompt_lookup_max; max_num_seqs >= 1; 0 < gpu_memory_utilization <= 1.
     num_speculative_tokens: IntRange = IntRange(low=1, high=4)
@@ -207,7 +206,7 @@ class Preset(BaseModel):
             raise ValueError(
                 f"method 'mtp' needs a model with MTP layers ({self.model.name} has 0)"
             )
-        for method in ("eagle", "eagle3", "draft_model"):
+        for method in sorted(NEEDS_DRAFT):
             if method in methods and method not in self.model.draft_models:
                 raise ValueError(f"method {method!r} needs model.draft_models.{method}")
         if "suffix" in methods and not suffix_decoding_available():
@@ -290,7 +289,7 @@ class Preset(BaseModel):
             params["suffix_decoding_max_spec_factor"] = trial.suggest_float(
                 "suffix_decoding_max_spec_factor", f.low, f.high, step=f.step
             )
-        if s.search_disable_eagle_block_drop and method in ("mtp", "eagle", "eagle3"):
+        if s.search_disable_eagle_block_drop and method in EAGLE_STYLE:
             params["disable_eagle_block_drop"] = trial.suggest_categorical(
                 "disable_eagle_block_drop", [False, True]
             )

@@ -171,7 +171,7 @@ def _spec(preset: Preset, finalist: Finalist, model_path: str) -> ServerSpec:
 
 
 def _label(finalist: Finalist) -> str:
-    from tuner.results.loading import describe_config
+    from tuner.results.configs import describe_config
 
     text = describe_config(finalist.params)
     if finalist.schedule is not None:

@@ -13,9 +13,11 @@ up to its last full block. Classes (docs/workload.md):
 
 from __future__ import annotations
 
-__all__ = ["REUSE_CLASSES", "classify_reuse"]
+__all__ = ["COUNTED_REUSE_CLASSES", "REUSE_CLASSES", "classify_reuse"]
 
-REUSE_CLASSES = ("all", "one_block_short", "partial", "none", "first", "unknown")
+# The classes of a step measured against its previous prompt: what reports count and share out.
+COUNTED_REUSE_CLASSES = ("all", "one_block_short", "partial", "none")
+REUSE_CLASSES = (*COUNTED_REUSE_CLASSES, "first", "unknown")
 
 
 def classify_reuse(previous_prompt: int | None, cached: int | None, block_size: int) -> str:
