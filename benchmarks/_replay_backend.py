@@ -167,21 +167,14 @@ def _result(run: _Live, table: GridTable) -> TrialResult:
     # The tasks/h is exact; its one-run bootstrap interval is only printed by `tuner export`
     # (the export rule pairs runs, the pruner uses a Poisson bound), so 200 resamples do.
     score = score_tasks(records, window, seed=workload.seed, resamples=200)
-    record = WorkloadRecord(
+    record = WorkloadRecord.from_score(
+        score,
         mode=workload.mode,
         task_set_hash="replayed",
         seed=workload.seed,
         agents=workload.agents,
-        tasks=score.tasks,
-        successes=score.successes,
-        scored_wall_s=window,
-        tasks_per_hour=score.tasks_per_hour,
-        tasks_per_hour_low=score.tasks_per_hour_low,
-        tasks_per_hour_high=score.tasks_per_hour_high,
-        success_rate=score.success_rate,
-        success_rate_low=score.success_rate_low,
-        success_rate_high=score.success_rate_high,
-        task_records=tuple(records),
+        task_records=records,
+        output_tokens_per_s=None,  # replayed tasks have no steps: no tokens were measured
     )
     return TrialResult(
         trial_number=req.trial_number,

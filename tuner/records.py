@@ -6,8 +6,12 @@ Every optional measurement is `None` when it was not measured (never zero).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Iterable
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # tuner.metrics imports these records
+    from tuner.metrics import Score, ServerCounters
 
 __all__ = [
     "ServerStartRecord",
@@ -151,6 +155,35 @@ class WorkloadRecord:
     gpu_memory_used_mib: float | None = None  # NVML, summed over the server's GPUs, at window end
     task_records: tuple[TaskRecord, ...] = ()
 
+    @classmethod
+    def from_score(
+        cls,
+        score: Score,
+        *,
+        mode: str,
+        task_set_hash: str,
+        seed: int,
+        agents: int,
+        task_records: Iterable[TaskRecord] = (),
+        counters: ServerCounters | None = None,
+        **diagnostics: Any,
+    ) -> WorkloadRecord:
+        """The record of a run: every field of its `Score`, the server's counter deltas over
+        the window, and further diagnostics by name (e.g. `gpu_memory_used_mib`), which win
+        over the score's."""
+        values: dict[str, Any] = {f.name: getattr(score, f.name) for f in fields(score)}
+        if counters is not None:
+            values |= {name: getattr(counters, name) for name in _COUNTER_FIELDS}
+        values |= diagnostics
+        return cls(
+            mode=mode,
+            task_set_hash=task_set_hash,
+            seed=seed,
+            agents=agents,
+            task_records=tuple(task_records),
+            **values,
+        )
+
     @property
     def acceptance_rate(self) -> float | None:
         """Accepted draft tokens / proposed draft tokens."""
@@ -160,6 +193,19 @@ class WorkloadRecord:
     def mean_acceptance_length(self) -> float | None:
         """1 + accepted tokens per draft (vLLM's definition)."""
         return mean_acceptance_length(self.spec_drafts, self.spec_accepted_tokens)
+
+
+# `ServerCounters` values a WorkloadRecord keeps (the hit ratio is derived from two counters).
+_COUNTER_FIELDS = (
+    "prefix_cache_hit_ratio",
+    "spec_drafts",
+    "spec_draft_tokens",
+    "spec_accepted_tokens",
+    "spec_accepted_per_pos",
+    "preemptions",
+    "prompt_tokens",
+    "generation_tokens",
+)
 
 
 @dataclass(frozen=True)

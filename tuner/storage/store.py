@@ -37,7 +37,15 @@ __all__ = ["Store", "Stored", "TrialMeasurements"]
 
 T = TypeVar("T")
 
+# Record fields stored as they are, by the same name, in both directions.
 _FACT_FIELDS = tuple(f.name for f in fields(StartupFacts))
+_START_FIELDS = tuple(
+    f.name
+    for f in fields(ServerStartRecord)
+    if f.name not in ("argv", "env", "started_at", "ended_at", "failure_details", "facts")
+)
+_TASK_FIELDS = tuple(f.name for f in fields(TaskRecord) if f.name != "steps")
+_STEP_FIELDS = tuple(f.name for f in fields(StepRecord))
 _WORKLOAD_SCALARS = tuple(
     f.name
     for f in fields(WorkloadRecord)
@@ -174,17 +182,12 @@ class Store:
         row = ServerStartRow(
             study_name=study_name,
             trial_number=trial_number,
-            attempt=r.attempt,
             argv=list(r.argv),
             env=dict(r.env),
             started_at=_dt(r.started_at),
             ended_at=_dt(r.ended_at),
-            exit_status=r.exit_status,
-            failure_kind=r.failure_kind,
-            failure_message=r.failure_message,
-            failure_excerpt=r.failure_excerpt,
             failure_details=dict(r.failure_details),
-            log_path=r.log_path,
+            **{name: getattr(r, name) for name in _START_FIELDS},
             **{name: getattr(r.facts, name) for name in _FACT_FIELDS},
         )
         s.add(row)
@@ -210,30 +213,13 @@ class Store:
         )
         for t in r.task_records:
             task_row = TaskResultRow(
-                index=t.index,
-                task_id=t.task_id,
-                template=t.template,
-                seed=t.seed,
-                warmup=t.warmup,
-                success=t.success,
-                failure_reason=t.failure_reason,
-                started_s=t.started_s,
-                wall_s=t.wall_s,
                 num_steps=len(t.steps),
                 prompt_tokens=t.prompt_tokens,
                 output_tokens=t.output_tokens,
+                **{name: getattr(t, name) for name in _TASK_FIELDS},
             )
             task_row.steps = [
-                StepRow(
-                    step=st.step,
-                    prompt_tokens=st.prompt_tokens,
-                    cached_tokens=st.cached_tokens,
-                    output_tokens=st.output_tokens,
-                    ttft_s=st.ttft_s,
-                    latency_s=st.latency_s,
-                    reuse_class=st.reuse_class,
-                )
-                for st in t.steps
+                StepRow(**{name: getattr(st, name) for name in _STEP_FIELDS}) for st in t.steps
             ]
             row.task_results.append(task_row)
         s.add(row)
@@ -341,16 +327,11 @@ def _start_record(row: ServerStartRow) -> ServerStartRecord:
     return ServerStartRecord(
         argv=tuple(row.argv),
         env=dict(row.env),
-        log_path=row.log_path,
-        attempt=row.attempt,
         started_at=_ts(row.started_at) or 0.0,
         ended_at=_ts(row.ended_at),
-        exit_status=row.exit_status,
-        failure_kind=row.failure_kind,
-        failure_message=row.failure_message,
-        failure_excerpt=row.failure_excerpt,
         failure_details=dict(row.failure_details or {}),
         facts=StartupFacts(**{name: getattr(row, name) for name in _FACT_FIELDS}),
+        **{name: getattr(row, name) for name in _START_FIELDS},
     )
 
 
@@ -359,27 +340,11 @@ def _workload_record(row: WorkloadRunRow, with_tasks: bool) -> WorkloadRecord:
     if with_tasks:
         tasks = tuple(
             TaskRecord(
-                index=t.index,
-                task_id=t.task_id,
-                template=t.template,
-                seed=t.seed,
-                warmup=t.warmup,
-                success=t.success,
-                failure_reason=t.failure_reason,
-                started_s=t.started_s,
-                wall_s=t.wall_s,
                 steps=tuple(
-                    StepRecord(
-                        step=st.step,
-                        prompt_tokens=st.prompt_tokens,
-                        cached_tokens=st.cached_tokens,
-                        output_tokens=st.output_tokens,
-                        ttft_s=st.ttft_s,
-                        latency_s=st.latency_s,
-                        reuse_class=st.reuse_class,
-                    )
+                    StepRecord(**{name: getattr(st, name) for name in _STEP_FIELDS})
                     for st in t.steps
                 ),
+                **{name: getattr(t, name) for name in _TASK_FIELDS},
             )
             for t in row.task_results
         )

@@ -284,44 +284,15 @@ async def run_workload(
     score = score_tasks(
         records, wall, itl_s=scored.gaps_s, energy_joules=joules, seed=settings.seed
     )
-    counters = counter_deltas(before, after)
-    return WorkloadRecord(
+    return WorkloadRecord.from_score(
+        score,
         mode=settings.mode,
         task_set_hash=digest,
         seed=settings.seed,
         agents=settings.agents,
-        tasks=score.tasks,
-        successes=score.successes,
-        scored_wall_s=wall,
-        tasks_per_hour=score.tasks_per_hour,
-        tasks_per_hour_low=score.tasks_per_hour_low,
-        tasks_per_hour_high=score.tasks_per_hour_high,
-        success_rate=score.success_rate,
-        success_rate_low=score.success_rate_low,
-        success_rate_high=score.success_rate_high,
-        prefix_cache_hit_ratio=counters.prefix_cache_hit_ratio,
-        spec_drafts=counters.spec_drafts,
-        spec_draft_tokens=counters.spec_draft_tokens,
-        spec_accepted_tokens=counters.spec_accepted_tokens,
-        spec_accepted_per_pos=counters.spec_accepted_per_pos,
-        preemptions=counters.preemptions,
-        prompt_tokens=counters.prompt_tokens,
-        generation_tokens=counters.generation_tokens,
-        energy_joules=joules,
-        ttft_p50=score.ttft_p50,
-        ttft_p90=score.ttft_p90,
-        ttft_p99=score.ttft_p99,
-        tpot_p50=score.tpot_p50,
-        tpot_p90=score.tpot_p90,
-        tpot_p99=score.tpot_p99,
-        itl_p50=score.itl_p50,
-        itl_p90=score.itl_p90,
-        itl_p99=score.itl_p99,
-        output_tokens_per_s=score.output_tokens_per_s,
-        joules_per_task=score.joules_per_task,
-        joules_per_token=score.joules_per_token,
+        task_records=(*sorted(warm.records, key=lambda r: r.index), *records),
+        counters=counter_deltas(before, after),
         gpu_memory_used_mib=memory_mib,
-        task_records=tuple(sorted(warm.records, key=lambda r: r.index)) + tuple(records),
     )
 
 
