@@ -5,11 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tuner.cli import main
 from tuner.errors import ConfigError
 from tuner.results.sample import write_sample_study
 from tuner.study.confirm import ConfirmPlan, parse_confirm
+from tuner.study.space import load_preset
 
 
 def test_parse_confirm() -> None:
@@ -75,3 +77,36 @@ def test_a_study_with_only_its_baseline_queues_no_confirmation_run(tmp_path: Pat
     )
     assert summary.queued == 0
     assert len(optuna.load_study(study_name="alone", storage=url).trials) == 1
+
+
+def test_the_preset_sets_the_confirmation_stage_and_the_option_overrides_it(
+    tmp_path: Path,
+) -> None:
+    cpu = load_preset(model="smollm2-135m", gpu="cpu")
+    assert ConfirmPlan.for_preset(cpu) == ConfirmPlan(1, 2)  # the CPU default
+    gpu = load_preset(model="tiny-hybrid-mtp", gpu="h200")
+    assert ConfirmPlan.for_preset(gpu) == ConfirmPlan(2, 2)
+    data = cpu.model_dump(mode="json")
+    data["confirm"] = {"top_k": 3, "rounds": 1}
+    preset_file = tmp_path / "p.yaml"
+    preset_file.write_text(yaml.safe_dump(data))
+    assert ConfirmPlan.for_preset(load_preset(space=preset_file)) == ConfirmPlan(3, 1)
+    data["confirm"] = {"top_k": 0, "rounds": 1}
+    preset_file.write_text(yaml.safe_dump(data))
+    assert not ConfirmPlan.for_preset(load_preset(space=preset_file)).enabled
+
+
+def test_a_bad_confirm_field_in_a_preset_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = load_preset(model="smollm2-135m", gpu="cpu").model_dump(mode="json")
+    data["confirm"] = {"top_k": 1, "rounds": 0}
+    preset_file = tmp_path / "p.yaml"
+    preset_file.write_text(yaml.safe_dump(data))
+    db = tmp_path / "study.db"
+    with pytest.raises(SystemExit) as info:
+        main(["optimize", "--space", str(preset_file), "--storage", f"sqlite:///{db}"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "confirm.rounds" in err and len(err.splitlines()) == 1, err
+    assert not db.exists()

@@ -25,7 +25,8 @@ from tuner.storage import masked
 
 _CONFIRM_HELP = (
     "K,R: after the search, re-run the top K candidates and the baseline R more times each, "
-    "interleaved, fresh server starts; 0 skips it. Default 2,2 (1,2 on CPU presets)."
+    "interleaved, fresh server starts; 0 skips it. Default: the preset's confirm, else 2,2 "
+    "(1,2 on CPU presets)."
 )
 
 
@@ -65,10 +66,11 @@ def optimize_cmd(
     # Imported here: Ray and vLLM-side modules cost seconds, which other commands need not pay.
     from tuner.results.configs import describe_config_short
     from tuner.study import OptimizeOptions, load_preset, optimize
-    from tuner.study.confirm import parse_confirm
+    from tuner.study.confirm import ConfirmPlan, parse_confirm
 
     preset = load_preset(model=model, gpu=gpu, space=space)
-    plan = parse_confirm(confirm or _default_confirm(preset.gpu.cpu))  # fails before any start
+    # --confirm, else the preset's `confirm`, else the hardware's default; fails before any start
+    plan = parse_confirm(confirm) if confirm else ConfirmPlan.for_preset(preset)
     overrides: dict[str, object] = {}
     if mode is not None:
         if mode not in ("live", "replay"):
@@ -151,12 +153,6 @@ def _confirm_and_print(options: Any, plan: Any) -> None:
     console.print(table)
 
 
-def _default_confirm(cpu: bool) -> str:
-    # Two cores run one server at a time at about two minutes a run: one candidate keeps the
-    # main command near twenty minutes; GPU studies afford the runner-up too.
-    return "1,2" if cpu else "2,2"
-
-
 def _num(value: float | None) -> str:
     return "not measured" if value is None else f"{value:,.0f}"
 
@@ -172,10 +168,14 @@ def confirm_cmd(
 ) -> None:
     """Re-run a finished study's top candidates and baseline, interleaved; export decides on it."""
     from tuner.study import OptimizeOptions
-    from tuner.study.confirm import parse_confirm
+    from tuner.study.confirm import DEFAULT_CONFIRM, ConfirmPlan, parse_confirm
 
     settings = get_settings()
-    plan = parse_confirm(confirm or _default_confirm(_study_is_cpu(storage, study, settings)))
+    if confirm:
+        plan = parse_confirm(confirm)
+    else:
+        stored = _stored_preset(storage, study, settings)
+        plan = ConfirmPlan.for_preset(stored) if stored is not None else DEFAULT_CONFIRM
     options = OptimizeOptions(
         storage_url=storage or settings.storage_url(),
         cache_dir=cache_dir or settings.cache_path(),
@@ -186,20 +186,25 @@ def confirm_cmd(
     console.print("next: tuner export (decides on the confirmation rounds), tuner report")
 
 
-def _study_is_cpu(storage: str | None, study: str, settings: Any) -> bool:
+def _stored_preset(storage: str | None, study: str, settings: Any) -> Any:
+    """The preset the study was searched with (None: no such study, or none stored)."""
     import optuna
+    from pydantic import ValidationError
 
     from tuner.attrs import StudyAttr
     from tuner.results.loading import open_optuna_storage
+    from tuner.study.space import Preset
 
     try:
         loaded = optuna.load_study(
             study_name=study, storage=open_optuna_storage(storage or settings.storage_url())
         )
     except KeyError:
-        return False  # confirm_study says the study does not exist, in one line
-    preset = loaded.user_attrs.get(StudyAttr.PRESET) or {}
-    return bool(preset.get("gpu", {}).get("cpu"))
+        return None  # confirm_study says the study does not exist, in one line
+    try:
+        return Preset.model_validate(loaded.user_attrs.get(StudyAttr.PRESET) or {})
+    except ValidationError:
+        return None
 
 
 @contextmanager

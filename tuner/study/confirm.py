@@ -23,13 +23,16 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.attrs import Role, StudyAttr, TrialAttr, role_from
 from tuner.errors import ConfigError, StudyError
+
+if TYPE_CHECKING:
+    from tuner.study.space import Preset
 
 __all__ = [
     "DEFAULT_CONFIRM",
@@ -53,6 +56,17 @@ class ConfirmPlan:
     def enabled(self) -> bool:
         """False when the stage is switched off (`--confirm 0`)."""
         return self.k > 0 and self.rounds > 0
+
+    @classmethod
+    def for_preset(cls, preset: Preset) -> ConfirmPlan:
+        """The preset's `confirm`, else the default for its hardware.
+
+        Two cores run one server at a time at about two minutes a run: one candidate keeps the
+        CPU main command near twenty minutes; GPU studies afford the runner-up too.
+        """
+        if preset.confirm is not None:
+            return cls(preset.confirm.top_k, preset.confirm.rounds)
+        return cls(1, 2) if preset.gpu.cpu else cls(2, 2)
 
 
 DEFAULT_CONFIRM: Final = ConfirmPlan()

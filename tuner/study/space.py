@@ -29,6 +29,7 @@ from tuner.server.knobs import suffix_decoding_available
 from tuner.workload.settings import WorkloadSettings
 
 __all__ = [
+    "ConfirmPart",
     "GpuPart",
     "ModelPart",
     "Preset",
@@ -183,6 +184,14 @@ class Baseline(BaseModel):
     max_num_seqs: PositiveInt | None = None
 
 
+class ConfirmPart(BaseModel):
+    """The confirmation stage `tuner optimize` runs at its end (`--confirm K,R` overrides it)."""
+
+    model_config = _FROZEN
+    top_k: int = Field(ge=0)  # 0: no confirmation
+    rounds: PositiveInt
+
+
 class Preset(BaseModel):
     """A whole preset file."""
 
@@ -198,6 +207,9 @@ class Preset(BaseModel):
     throughput_output_tokens: int = Field(default=128, ge=1)
     # Agent counts `tuner optimize` sweeps its finalists at when it ends (`tuner sweep`).
     load_sweep: tuple[PositiveInt, ...] = ()
+    # The confirmation stage; unset: the top 1 candidate and 2 rounds on CPU presets, 2 and 2
+    # on GPU presets (`tuner.study.confirm.ConfirmPlan.for_preset`).
+    confirm: ConfirmPart | None = None
 
     @model_validator(mode="after")
     def _supported(self) -> Preset:
