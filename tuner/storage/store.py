@@ -97,6 +97,14 @@ class Store:
     @property
     def engine(self) -> Engine:
         """The engine, opened (and our tables migrated to head) on first use."""
+        return self.migrate()
+
+    def migrate(self) -> Engine:
+        """Migrate tuner's tables to head (unless `migrate=False`) and open the engine, now.
+
+        Every other method does this on first use; call it to have it done at a set point,
+        e.g. before Optuna touches the same database. Later calls do nothing.
+        """
         if self._engine is None:
             if self._migrate:
                 upgrade(self.url)

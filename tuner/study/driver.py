@@ -274,12 +274,10 @@ def _run(preset: Preset, options: OptimizeOptions, *, budgeted: bool) -> StudySu
     previous_int = signal.getsignal(signal.SIGINT)
     try:
         store = Store(options.storage_url)
-        store.engine  # migrate tuner's tables before Optuna touches the database  # noqa: B018
+        store.migrate()  # tuner's tables first, before Optuna touches the database
         study = open_study(preset, options)
         start.record(study)
-        reap_orphans(options.cache_dir / "run")
-        gpus = 0 if preset.gpu.cpu else preset.gpu.tensor_parallel_size
-        backend = RayBackend(slots=preset.gpu.slots, gpus_per_slot=gpus)
+        backend = RayBackend(slots=preset.gpu.slots, gpus_per_slot=preset.gpu.gpus_per_slot)
         display = StudyDisplay(
             total=0,
             study_name=study.study_name,
@@ -313,6 +311,8 @@ def _run(preset: Preset, options: OptimizeOptions, *, budgeted: bool) -> StudySu
         signal.signal(signal.SIGINT, previous_int)
         if backend is not None:
             backend.close()
+        # Each trial's Launcher reaps what earlier runs left before it starts a server; the
+        # servers of workers that were just stopped are orphans only the driver is left to reap.
         reap_orphans(options.cache_dir / "run")
         if store is not None:
             store.close()

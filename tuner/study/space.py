@@ -116,6 +116,11 @@ class GpuPart(BaseModel):
         """Servers that can run at once."""
         return max(1, self.count // self.tensor_parallel_size)
 
+    @property
+    def gpus_per_slot(self) -> int:
+        """GPUs one server reserves (Ray's num_gpus per worker); 0 on CPU presets."""
+        return 0 if self.cpu else self.tensor_parallel_size
+
 
 class SearchSpace(BaseModel):
     """What the sampler may choose; every value one that vLLM itself would accept."""
