@@ -1,7 +1,9 @@
-"""Names of the Optuna parameters and user attributes a tuner study writes.
+"""The user attributes a tuner study writes, and the trial roles and control kinds among them.
 
 optuna-dashboard shows user attributes, and `tuner report`/`export`/`explain` read them back, so
-the names are one contract kept here. Measurements also live, in full, in tuner's own tables.
+the names are one contract kept here, outside the study package that writes them. Measurements
+also live, in full, in tuner's own tables. The Optuna parameter names are the search space's
+(`tuner.study.space.Preset.suggest`).
 """
 
 from __future__ import annotations
@@ -11,25 +13,12 @@ from enum import StrEnum
 from typing import Any, Final
 
 __all__ = [
-    "PARAM_NAMES",
     "ControlKind",
     "Role",
     "StudyAttr",
     "TrialAttr",
     "role_from",
 ]
-
-# Optuna parameter names (the search space). Conditional ones appear only when they apply.
-PARAM_NAMES: Final = (
-    "method",  # "none" | "ngram" | "mtp" | "eagle" | "eagle3" | "draft_model" | "suffix"
-    "num_speculative_tokens",  # when method != "none"
-    "prompt_lookup_min",  # ngram only
-    "prompt_lookup_max",  # ngram only
-    "gpu_memory_utilization",  # GPU presets
-    "kv_cache_memory_bytes",  # CPU presets: the memory knob
-    "max_num_seqs",
-    "disable_eagle_block_drop",  # mtp/eagle/eagle3 when the preset allows it
-)
 
 
 class Role(StrEnum):

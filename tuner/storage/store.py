@@ -154,18 +154,6 @@ class Store:
         with self._session() as s:
             return self._add_workload(s, study_name, trial_number, server_start_id, record)
 
-    def add_throughput_run(
-        self,
-        study_name: str,
-        trial_number: int | None,
-        record: ThroughputRecord,
-        *,
-        server_start_id: int | None = None,
-    ) -> int:
-        """Append one plain-benchmark result; returns its id."""
-        with self._session() as s:
-            return self._add_throughput(s, study_name, trial_number, server_start_id, record)
-
     def delete_trial(self, study_name: str, trial_number: int | None) -> None:
         """Remove every row of one trial."""
         with self._session() as s:

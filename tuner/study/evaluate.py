@@ -91,11 +91,6 @@ class TrialResult:
     probe: ProbeResult | None = None  # greedy answers to the correctness probe
     notes: tuple[str, ...] = ()  # errors after the workload finished; the score stands
 
-    @property
-    def ok(self) -> bool:
-        """True when the workload ran (fully or until pruned)."""
-        return self.workload is not None and self.failure_kind is None
-
 
 StateCallback = Callable[[str], None]
 ProgressCallback = Callable[[RunProgress], None]

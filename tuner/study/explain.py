@@ -254,13 +254,13 @@ class Explanation:
     rows: tuple[ExplainRow, ...]
     attribution: Attribution
     controls_run: int
+    block_kept: ExplainRow | None = None  # the no_block_drop control's row, when it ran
 
     def sentence(self) -> str:
         """The one-line answer, with the block-drop control's effect when it was measured."""
         text = self.attribution.sentence()
-        keep = [r for r in self.rows if r.label.startswith("candidate, last block kept")]
-        if keep:
-            gain = keep[0].tasks_per_hour - self.attribution.candidate
+        if self.block_kept is not None:
+            gain = self.block_kept.tasks_per_hour - self.attribution.candidate
             text += f"; keeping the last cache block changes the candidate by {gain:+.0f} tasks/h"
         return text
 
@@ -325,7 +325,9 @@ def explain(options: Any, trial_number: int | None = None) -> Explanation:
                 )
             rows.append((labels[plan.kind], measured))
         table = explain_rows(study, store, rows)
-        kv = next(r for r in table if r.label.startswith("baseline, KV"))
+        # The table's rows: baseline, candidate, then one per plan, in the plans' order.
+        controls = {plan.kind: row for plan, row in zip(plans, table[2:], strict=True)}
+        kv = controls[ControlKind.KV_CUT]
         return Explanation(
             study_name=study.study_name,
             candidate=candidate.number,
@@ -340,6 +342,7 @@ def explain(options: Any, trial_number: int | None = None) -> Explanation:
                 ),
             ),
             controls_run=queued,
+            block_kept=controls.get(ControlKind.NO_BLOCK_DROP),
         )
     finally:
         store.close()
