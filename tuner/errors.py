@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from pydantic import ValidationError
+
     from tuner.server.failures import StartupFailure
 
 __all__ = [
@@ -33,6 +35,7 @@ __all__ = [
     "StudyError",
     "TunerError",
     "WorkloadError",
+    "first_error",
 ]
 
 
@@ -95,3 +98,10 @@ class WorkloadError(TunerError):
 
 class StudyError(TunerError):
     """The study cannot run, resume, export or report."""
+
+
+def first_error(exc: ValidationError) -> tuple[str, str]:
+    """Pydantic's first error as (where, message): the dotted field path ("" at the top level)
+    and pydantic's message, for one line to the user."""
+    first = exc.errors()[0]
+    return ".".join(str(p) for p in first.get("loc", ())), str(first.get("msg", ""))

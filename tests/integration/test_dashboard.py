@@ -19,8 +19,8 @@ import httpx
 import pytest
 from matplotlib.image import imread
 
-from tuner.results.sample import write_sample_study
 from tuner.server import free_port
+from tuner.testing.sample import write_sample_study
 
 CHROMIUM_FLAGS = (
     "--headless",

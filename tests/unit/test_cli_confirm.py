@@ -9,9 +9,9 @@ import yaml
 
 from tuner.cli import main
 from tuner.errors import ConfigError
-from tuner.results.sample import write_sample_study
 from tuner.study.confirm import ConfirmPlan, parse_confirm
 from tuner.study.space import load_preset
+from tuner.testing.sample import write_sample_study
 
 
 def test_parse_confirm() -> None:

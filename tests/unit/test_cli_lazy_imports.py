@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tuner.results.sample import write_sample_study
+from tuner.testing.sample import write_sample_study
 
 HEAVY = ("optuna_dashboard", "matplotlib", "ray")
 

@@ -10,7 +10,7 @@ import pytest
 from tuner.cli import main
 from tuner.errors import ConfigError
 from tuner.results.dashboard import serve_dashboard
-from tuner.results.sample import write_sample_study
+from tuner.testing.sample import write_sample_study
 
 
 def test_a_taken_port_is_a_config_error(tmp_path: Path) -> None:

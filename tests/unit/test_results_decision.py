@@ -12,7 +12,7 @@ from tuner.metrics import RunOutcomes
 from tuner.results import choose_export, load_results, render_export
 from tuner.results.decision import judge_study
 from tuner.results.report import summary_lines
-from tuner.results.sample import Score, write_sample_study
+from tuner.testing.sample import SampleScore, write_sample_study
 
 BASE_PROBE = [[100 + i, 7, 8, 9, 10, 11, 12, 13] for i in range(16)]
 
@@ -24,7 +24,7 @@ def _url(tmp: Path, name: str, **kw: object) -> str:
 
 
 def test_a_clear_winner_is_exported_when_the_top_scorer_is_wide(tmp_path: Path) -> None:
-    results = load_results(_url(tmp_path, "two", ngram=Score(900, 850, 950)))
+    results = load_results(_url(tmp_path, "two", ngram=SampleScore(900, 850, 950)))
     base, ngram = results.trials[0], results.trials[1]
     assert base.outcomes is not None
     ids = [tid for tid, _, _ in base.outcomes.outcomes]
@@ -58,7 +58,7 @@ def test_confirmation_rounds_overrule_a_lucky_search_run(tmp_path: Path) -> None
     url = _url(
         tmp_path,
         "lucky",
-        ngram=Score(900, 850, 950),
+        ngram=SampleScore(900, 850, 950),
         confirm=((752.0, 700.0), (700.0, 760.0), (760.0, 730.0)),
     )
     results = load_results(url)
@@ -79,7 +79,7 @@ def test_confirmed_winner_is_exported_with_both_values(tmp_path: Path) -> None:
     url = _url(
         tmp_path,
         "confirmed",
-        ngram=Score(900, 850, 950),
+        ngram=SampleScore(900, 850, 950),
         confirm=((750.0, 860.0), (740.0, 850.0)),
     )
     choice = choose_export(load_results(url))
@@ -96,7 +96,7 @@ def test_a_server_that_changes_outputs_is_flagged_and_never_exported(tmp_path: P
     url = _url(
         tmp_path,
         "changes",
-        ngram=Score(900, 850, 950),  # fast, and paired above the baseline
+        ngram=SampleScore(900, 850, 950),  # fast, and paired above the baseline
         confirm=((750.0, 860.0),),
         probes={"baseline": BASE_PROBE, "ngram": changed, "baseline2": second},
     )
@@ -116,7 +116,7 @@ def test_an_unchanged_server_passes_the_output_check(tmp_path: Path) -> None:
     url = _url(
         tmp_path,
         "same",
-        ngram=Score(900, 850, 950),
+        ngram=SampleScore(900, 850, 950),
         confirm=((750.0, 860.0),),
         probes={"baseline": BASE_PROBE, "ngram": BASE_PROBE, "baseline2": BASE_PROBE},
     )
@@ -126,12 +126,12 @@ def test_an_unchanged_server_passes_the_output_check(tmp_path: Path) -> None:
 
 
 def test_replay_says_load_shape_and_completed(tmp_path: Path) -> None:
-    results = load_results(_url(tmp_path, "replay", ngram=Score(900, 850, 950)))
+    results = load_results(_url(tmp_path, "replay", ngram=SampleScore(900, 850, 950)))
     assert results.mode == "replay"
     text = render_export(choose_export(results))
     assert "# workload mode: replay (load shape: answers not graded)" in text
     assert "completed 3 of 3 tasks" in text and "solved" not in text
-    live = load_results(_url(tmp_path, "live", ngram=Score(900, 850, 950), mode="live"))
+    live = load_results(_url(tmp_path, "live", ngram=SampleScore(900, 850, 950), mode="live"))
     assert "solved 3 of 3 tasks" in render_export(choose_export(live))
 
 
@@ -141,7 +141,7 @@ def test_report_shows_search_time_and_confirmed_values(tmp_path: Path) -> None:
     url = _url(
         tmp_path,
         "report",
-        ngram=Score(900, 850, 950),
+        ngram=SampleScore(900, 850, 950),
         confirm=((750.0, 860.0), (740.0, 850.0)),
     )
     results = load_results(url)

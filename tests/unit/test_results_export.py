@@ -16,7 +16,7 @@ from tuner.cli import main
 from tuner.errors import StudyError
 from tuner.results import choose_export, load_results, render_export, serve_argv
 from tuner.results.export import FORMATS, systemd_quote
-from tuner.results.sample import SAMPLE_MODEL, Score, write_sample_study
+from tuner.testing.sample import SAMPLE_MODEL, SampleScore, write_sample_study
 
 NGRAM_CONFIG = {
     "method": "ngram",
@@ -26,7 +26,7 @@ NGRAM_CONFIG = {
 }
 
 
-def _study(tmp: Path, name: str, ngram: Score) -> str:
+def _study(tmp: Path, name: str, ngram: SampleScore) -> str:
     url = f"sqlite:///{tmp / f'{name}.db'}"
     write_sample_study(url, ngram=ngram)
     return url
@@ -35,7 +35,7 @@ def _study(tmp: Path, name: str, ngram: Score) -> str:
 @pytest.fixture(scope="module")
 def winning_url(tmp_path_factory: pytest.TempPathFactory) -> str:
     """n-gram beats the baseline (752 [730, 770]) beyond both intervals."""
-    return _study(tmp_path_factory.mktemp("export"), "win", Score(900.0, 850.0, 950.0))
+    return _study(tmp_path_factory.mktemp("export"), "win", SampleScore(900.0, 850.0, 950.0))
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +43,7 @@ def overlapping_url(tmp_path_factory: pytest.TempPathFactory) -> str:
     """n-gram scores higher (800 vs 752), but its tasks take 6, 10 and 14 s against the
     baseline's 10, 10, 10: paired by task, the ratio's interval reaches below 1."""
     url = f"sqlite:///{tmp_path_factory.mktemp('export') / 'overlap.db'}"
-    write_sample_study(url, ngram=Score(800.0, 760.0, 840.0), ngram_task_s=(6.0, 10.0, 14.0))
+    write_sample_study(url, ngram=SampleScore(800.0, 760.0, 840.0), ngram_task_s=(6.0, 10.0, 14.0))
     return url
 
 
@@ -93,7 +93,7 @@ def test_a_config_inside_the_baselines_interval_falls_back(overlapping_url: str)
 
 
 def test_the_baseline_wins_outright(tmp_path: Path) -> None:
-    choice = choose_export(load_results(_study(tmp_path, "lose", Score(648, 620, 680))))
+    choice = choose_export(load_results(_study(tmp_path, "lose", SampleScore(648, 620, 680))))
     assert choice.trial.number == 0 and not choice.fell_back
     assert choice.reason.startswith("no speculation (the baseline, #0) did the most")
 
@@ -110,7 +110,7 @@ def test_a_memory_only_change_must_also_beat_the_baseline(overlapping_url: str) 
 def test_controls_are_never_exported(tmp_path: Path) -> None:
     # The control (#5, 467 tasks/h) beats a bad n-gram trial; the baseline still wins, and the
     # control is never a candidate even when it scores highest.
-    results = load_results(_study(tmp_path, "ctl", Score(100, 90, 110)))
+    results = load_results(_study(tmp_path, "ctl", SampleScore(100, 90, 110)))
     assert choose_export(results).trial.number == 0
     only_control = type(results)(
         results.study_name, results.storage, None, None, (results.trials[5],)

@@ -11,7 +11,7 @@ import pytest
 from tuner.results import load_results
 from tuner.results.html import render_html
 from tuner.results.plots import render_plots
-from tuner.results.sample import write_sample_study
+from tuner.testing.sample import write_sample_study
 
 
 class _Refs(HTMLParser):

@@ -22,7 +22,7 @@ from tuner.results.plots import (
     reuse_series,
     tasks_per_hour_series,
 )
-from tuner.results.sample import write_sample_study
+from tuner.testing.sample import write_sample_study
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ from rich.console import Console
 from tuner.cli import main
 from tuner.results import load_results, report_tables
 from tuner.results.report import NOT_MEASURED, report_markdown, to_markdown, to_rich
-from tuner.results.sample import write_sample_study
+from tuner.testing.sample import write_sample_study
 
 
 @pytest.fixture(scope="module")

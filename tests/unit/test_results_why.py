@@ -6,13 +6,13 @@ from pathlib import Path
 
 from tuner.results import load_results, report_tables
 from tuner.results.report import report_markdown, summary_lines, why_tables
-from tuner.results.sample import Score, write_sample_study
+from tuner.testing.sample import SampleScore, write_sample_study
 
 
 def test_report_carries_the_why_table_with_published_numbers(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'why.db'}"
     # The published run: baseline 752, the speculative config 330, the KV-cut control 467.
-    write_sample_study(url, ngram=Score(330.0, 300.0, 360.0))
+    write_sample_study(url, ngram=SampleScore(330.0, 300.0, 360.0))
     results = load_results(url)
     ((table, sentence),) = why_tables(results)
     assert table.title == "Why trial #1 scored what it did"

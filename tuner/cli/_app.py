@@ -111,7 +111,7 @@ def run(root: typer.Typer, argv: list[str] | None = None) -> int:
     from pydantic import ValidationError
     from sqlalchemy.exc import SQLAlchemyError
 
-    from tuner.errors import TunerError
+    from tuner.errors import TunerError, first_error
 
     try:
         root(args=argv, standalone_mode=False)
@@ -140,9 +140,8 @@ def run(root: typer.Typer, argv: list[str] | None = None) -> int:
         _say(exc.user_line())
         return 2
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first.get("loc", ())) or exc.title
-        _say(f"invalid {exc.title} setting {where}: {first.get('msg')}")
+        where, message = first_error(exc)
+        _say(f"invalid {exc.title} setting {where or exc.title}: {message}")
         return 2
     except SQLAlchemyError as exc:
         reason = _first_line(getattr(exc, "orig", None) or exc)

@@ -18,7 +18,7 @@ from typing import Any, Final
 import yaml
 from pydantic import ValidationError
 
-from tuner.errors import ConfigError, StudyError
+from tuner.errors import ConfigError, StudyError, first_error
 from tuner.results.decision import Verdict, judge_study
 from tuner.results.formats import (
     DEFAULT_IMAGE,
@@ -213,7 +213,7 @@ def serve_argv(trial: TrialRow) -> list[str]:
         except ValidationError as exc:
             raise StudyError(
                 f"trial #{trial.number}'s recorded server spec no longer validates: "
-                f"{exc.errors()[0].get('msg')}"
+                f"{first_error(exc)[1]}"
             ) from None
     raise StudyError(f"trial #{trial.number} recorded no serve command; re-run the trial")
 

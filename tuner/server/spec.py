@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from tuner.errors import ConfigError
+from tuner.errors import ConfigError, first_error
 from tuner.server.knobs import DepthSchedule, check_depth_schedule, suffix_decoding_available
 from tuner.settings import LaunchCommand
 
@@ -352,7 +352,6 @@ class ServerSpec(BaseModel):
 
 
 def _first_error(exc: ValidationError) -> str:
-    first = exc.errors()[0]
-    where = ".".join(str(p) for p in first.get("loc", ()))
-    message = str(first.get("msg", "")).removeprefix("Value error, ")
+    where, message = first_error(exc)
+    message = message.removeprefix("Value error, ")
     return f"{where}: {message}" if where else message

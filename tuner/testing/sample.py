@@ -33,7 +33,7 @@ from tuner.results.loading import open_optuna_storage
 from tuner.server.spec import ServerSpec, SpeculativeSpec
 from tuner.storage import Store, TrialMeasurements
 
-__all__ = ["SAMPLE_MODEL", "Score", "write_sample_study"]
+__all__ = ["SAMPLE_MODEL", "SampleScore", "write_sample_study"]
 
 SAMPLE_MODEL = "/models/SmolLM2 135M"  # a space on purpose: quoting must survive it
 _KV_BYTES = 2_000_000_000
@@ -48,7 +48,7 @@ _DISTRIBUTIONS = {
 
 
 @dataclass(frozen=True)
-class Score:
+class SampleScore:
     """Successful tasks/h with its interval."""
 
     value: float
@@ -88,7 +88,7 @@ def _steps(classes: list[str]) -> tuple[StepRecord, ...]:
     )
 
 
-def _workload(score: Score, **kw: object) -> WorkloadRecord:
+def _workload(score: SampleScore, **kw: object) -> WorkloadRecord:
     tasks: tuple[TaskRecord, ...] = kw.pop("task_records")  # type: ignore[assignment]
     scored = [t for t in tasks if not t.warmup]
     successes = sum(t.success for t in scored)
@@ -136,8 +136,8 @@ def write_sample_study(
     url: str,
     *,
     study_name: str = "sample",
-    ngram: Score = Score(648.0, 620.0, 680.0),
-    baseline: Score = Score(752.0, 730.0, 770.0),
+    ngram: SampleScore = SampleScore(648.0, 620.0, 680.0),
+    baseline: SampleScore = SampleScore(752.0, 730.0, 770.0),
     ngram_task_s: tuple[float, float, float] = (9.0, 10.0, 11.0),
     confirm: tuple[tuple[float, float], ...] = (),
     probes: Mapping[str, list[list[int]]] | None = None,
@@ -330,7 +330,7 @@ def write_sample_study(
                 ),
                 constraints={"0": 0.0},
             )
-            score = Score(tph, tph * 0.95, tph * 1.05)
+            score = SampleScore(tph, tph * 0.95, tph * 1.05)
             store.save_trial(
                 study_name,
                 n,
