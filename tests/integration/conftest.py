@@ -14,14 +14,18 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from tuner.server import Launcher, ServerSpec
 from tuner.testing import ServerPool
+
+if TYPE_CHECKING:
+    from tuner.study import OptimizeOptions
 
 
 @pytest.fixture(scope="session")
@@ -66,3 +70,73 @@ def fake_vllm_ray(num_gpus: int) -> Iterator[None]:
             os.environ.pop("TUNER_VLLM_COMMAND", None)
         else:
             os.environ["TUNER_VLLM_COMMAND"] = saved
+
+
+# Short agent tasks that the fake vLLM serves in seconds (a few steps, small turns).
+FAKE_SHAPE: dict[str, int] = {
+    "shared_prefix_tokens": 300,
+    "steps_min": 3,
+    "steps_max": 4,
+    "max_context_tokens": 2048,
+    "tool_output_median_tokens": 20,
+    "tool_output_p90_tokens": 40,
+    "call_turn_min_tokens": 8,
+    "call_turn_max_tokens": 16,
+    "plan_turn_min_tokens": 16,
+    "plan_turn_max_tokens": 32,
+}
+
+
+def fake_preset(
+    server_env: Mapping[str, str],
+    *,
+    tasks: int,
+    tool_latency_s: float,
+    warmup_tasks: int = 0,
+    hybrid: bool = False,
+    **fields: Any,
+) -> dict[str, Any]:
+    """Preset data (as in a YAML file) for model "fake" on the fake vLLM.
+
+    The workload replays `tasks` short text-protocol tasks (`FAKE_SHAPE`) with 2 agents; the
+    search space is no speculation vs n-gram at 8 sequences, with the baseline at 8.
+    `server_env` goes to every server (the fake's knobs, e.g. FAKE_VLLM_STARTUP_S). `fields`
+    are top-level preset fields (gpu, space, throughput_*, ...) that replace the defaults; a
+    field given as None is left out, so the preset's own default applies.
+    """
+    data: dict[str, Any] = {
+        "model": {
+            "name": "fake",
+            "checkpoint": "fake/model",
+            "served_name": "fake",
+            "max_model_len": 8192,
+            **({"hybrid": True} if hybrid else {}),
+            "server_env": dict(server_env),
+        },
+        "space": {"methods": ["none", "ngram"], "max_num_seqs": [8]},
+        "baseline": {"max_num_seqs": 8},
+        "workload": {
+            "mode": "replay",
+            "tasks": tasks,
+            "agents": 2,
+            "warmup_tasks": warmup_tasks,
+            "tool_protocol": "text",
+            "tool_latency_s": tool_latency_s,
+            "shape": dict(FAKE_SHAPE),
+        },
+    }
+    data.update(fields)
+    return {k: v for k, v in data.items() if v is not None}
+
+
+def fake_options(tmp_path: Path, n_trials: int) -> OptimizeOptions:
+    """Options for an in-process study "fake" in a SQLite file under `tmp_path`."""
+    from tuner.study import OptimizeOptions  # optuna: only for the tests that run a study
+
+    return OptimizeOptions(
+        storage_url=f"sqlite:///{tmp_path / 'study.db'}",
+        cache_dir=tmp_path / "cache",
+        study_name="fake",
+        n_trials=n_trials,
+        show_progress=False,
+    )

@@ -9,18 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import optuna
 import pytest
 from optuna.trial import TrialState
 
-from tests.integration.conftest import fake_vllm_ray
+from tests.integration.conftest import fake_options, fake_preset, fake_vllm_ray
 from tuner.attrs import StudyAttr, TrialAttr
 from tuner.results import choose_export, load_results
 from tuner.results.decision import judge_study
 from tuner.storage import Store
-from tuner.study import OptimizeOptions, Preset, optimize
+from tuner.study import Preset, optimize
 from tuner.study.confirm import ConfirmPlan, confirm_study
 from tuner.study.roles import counts_toward_budget, enqueue_run
 
@@ -42,44 +41,19 @@ def fake_ray() -> Iterator[None]:
 
 
 def _preset() -> Preset:
-    data: dict[str, Any] = {
-        "model": {
-            "name": "fake",
-            "checkpoint": "fake/model",
-            "served_name": "fake",
-            "max_model_len": 8192,
-            "server_env": {
-                "FAKE_VLLM_STARTUP_S": "0.5",
-                "FAKE_VLLM_TOKEN_DELAY_S": "0.01",
-                "FAKE_VLLM_SPEC_SPEEDUP": "4",
-                "FAKE_VLLM_CHANGE_OUTPUTS": "1",
-            },
-        },
-        "gpu": {"name": "fake1", "memory_gib": 24, "count": 1},
-        "space": {"methods": ["none", "ngram"], "max_num_seqs": [8]},
-        "baseline": {"max_num_seqs": 8},
-        "workload": {
-            "mode": "replay",
-            "tasks": 6,
-            "agents": 2,
-            "warmup_tasks": 0,
-            "tool_protocol": "text",
-            "tool_latency_s": 0.0,
-            "shape": {
-                "shared_prefix_tokens": 300,
-                "steps_min": 3,
-                "steps_max": 4,
-                "max_context_tokens": 2048,
-                "tool_output_median_tokens": 20,
-                "tool_output_p90_tokens": 40,
-                "call_turn_min_tokens": 8,
-                "call_turn_max_tokens": 16,
-                "plan_turn_min_tokens": 16,
-                "plan_turn_max_tokens": 32,
-            },
-        },
-        "throughput_streams": [],
+    server_env = {
+        "FAKE_VLLM_STARTUP_S": "0.5",
+        "FAKE_VLLM_TOKEN_DELAY_S": "0.01",
+        "FAKE_VLLM_SPEC_SPEEDUP": "4",
+        "FAKE_VLLM_CHANGE_OUTPUTS": "1",
     }
+    data = fake_preset(
+        server_env,
+        tasks=6,
+        tool_latency_s=0.0,
+        gpu={"name": "fake1", "memory_gib": 24, "count": 1},
+        throughput_streams=[],
+    )
     return Preset.model_validate(data)
 
 
@@ -89,13 +63,7 @@ def test_confirmation_reruns_interleaved_and_a_lossy_winner_is_not_exported(
     from tuner.study import open_study
 
     preset = _preset()
-    options = OptimizeOptions(
-        storage_url=f"sqlite:///{tmp_path / 'study.db'}",
-        cache_dir=tmp_path / "cache",
-        study_name="fake",
-        n_trials=1,
-        show_progress=False,
-    )
+    options = fake_options(tmp_path, 1)
     optimize(preset, options)  # the baseline
     study = open_study(preset, options)
     study.enqueue_trial(NGRAM, user_attrs={TrialAttr.ROLE: "candidate"})

@@ -20,6 +20,7 @@ import sqlalchemy
 import yaml
 from optuna.trial import TrialState
 
+from tests.integration.conftest import fake_preset
 from tuner.attrs import TrialAttr
 from tuner.storage import Store
 from tuner.study.roles import counts_toward_budget
@@ -28,44 +29,21 @@ pytestmark = [pytest.mark.ray, pytest.mark.postgres]
 
 N_TRIALS = 6
 
-PRESET = {
-    "model": {
-        "name": "fake",
-        "checkpoint": "fake/model",
-        "served_name": "fake",
-        "max_model_len": 8192,
-        "server_env": {"FAKE_VLLM_STARTUP_S": "3.0", "FAKE_VLLM_TOKEN_DELAY_S": "0.02"},
-    },
-    "gpu": {"name": "cpu", "cpu": True},
-    "space": {
+PRESET = fake_preset(
+    {"FAKE_VLLM_STARTUP_S": "3.0", "FAKE_VLLM_TOKEN_DELAY_S": "0.02"},
+    tasks=4,
+    tool_latency_s=0.05,
+    gpu={"name": "cpu", "cpu": True},
+    space={
         "methods": ["none", "ngram"],
         "max_num_seqs": [4, 8],
         "kv_cache_memory_bytes": [300000000, 2000000000],
     },
-    "workload": {
-        "mode": "replay",
-        "tasks": 4,
-        "agents": 2,
-        "warmup_tasks": 0,
-        "tool_protocol": "text",
-        "tool_latency_s": 0.05,
-        "shape": {
-            "shared_prefix_tokens": 300,
-            "steps_min": 3,
-            "steps_max": 4,
-            "max_context_tokens": 2048,
-            "tool_output_median_tokens": 20,
-            "tool_output_p90_tokens": 40,
-            "call_turn_min_tokens": 8,
-            "call_turn_max_tokens": 16,
-            "plan_turn_min_tokens": 16,
-            "plan_turn_max_tokens": 32,
-        },
-    },
-    "throughput_streams": [1],
-    "throughput_requests": 2,
-    "throughput_output_tokens": 8,
-}
+    baseline=None,
+    throughput_streams=[1],
+    throughput_requests=2,
+    throughput_output_tokens=8,
+)
 
 
 def test_two_drivers_share_one_study(postgres_url: str, tmp_path: Path) -> None:

@@ -9,16 +9,15 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import optuna
 import pytest
 from optuna.trial import TrialState
 
-from tests.integration.conftest import fake_vllm_ray
+from tests.integration.conftest import fake_options, fake_preset, fake_vllm_ray
 from tuner.attrs import TrialAttr
 from tuner.storage import Store
-from tuner.study import OptimizeOptions, Preset, optimize
+from tuner.study import Preset, optimize
 
 pytestmark = pytest.mark.ray
 
@@ -31,57 +30,21 @@ def fake_ray() -> Iterator[None]:
 
 
 def _preset(**server_env: str) -> Preset:
-    data: dict[str, Any] = {
-        "model": {
-            "name": "fake",
-            "checkpoint": "fake/model",
-            "served_name": "fake",
-            "max_model_len": 8192,
-            "hybrid": True,
-            "server_env": {"FAKE_VLLM_STARTUP_S": "1.5", **server_env},
-        },
-        "gpu": {"name": "fake2", "memory_gib": 24, "count": 2},
-        "space": {"methods": ["none", "ngram"], "max_num_seqs": [8]},
-        "baseline": {"max_num_seqs": 8},
-        "workload": {
-            "mode": "replay",
-            "tasks": 6,
-            "agents": 2,
-            "warmup_tasks": 0,
-            "tool_protocol": "text",
-            "tool_latency_s": 0.05,
-            "shape": {
-                "shared_prefix_tokens": 300,
-                "steps_min": 3,
-                "steps_max": 4,
-                "max_context_tokens": 2048,
-                "tool_output_median_tokens": 20,
-                "tool_output_p90_tokens": 40,
-                "call_turn_min_tokens": 8,
-                "call_turn_max_tokens": 16,
-                "plan_turn_min_tokens": 16,
-                "plan_turn_max_tokens": 32,
-            },
-        },
-        "throughput_streams": [1],
-        "throughput_requests": 2,
-        "throughput_output_tokens": 8,
-    }
+    data = fake_preset(
+        {"FAKE_VLLM_STARTUP_S": "1.5", **server_env},
+        tasks=6,
+        tool_latency_s=0.05,
+        hybrid=True,
+        gpu={"name": "fake2", "memory_gib": 24, "count": 2},
+        throughput_streams=[1],
+        throughput_requests=2,
+        throughput_output_tokens=8,
+    )
     return Preset.model_validate(data)
 
 
-def _options(tmp_path: Path, n_trials: int) -> OptimizeOptions:
-    return OptimizeOptions(
-        storage_url=f"sqlite:///{tmp_path / 'study.db'}",
-        cache_dir=tmp_path / "cache",
-        study_name="fake",
-        n_trials=n_trials,
-        show_progress=False,
-    )
-
-
 def test_two_fake_gpus_run_two_trials_at_once(fake_ray: None, tmp_path: Path) -> None:
-    options = _options(tmp_path, 2)
+    options = fake_options(tmp_path, 2)
     summary = optimize(_preset(), options)
     assert summary.finished == 2
     study = optuna.load_study(study_name="fake", storage=options.storage_url)
@@ -97,7 +60,7 @@ def test_two_fake_gpus_run_two_trials_at_once(fake_ray: None, tmp_path: Path) ->
 
 
 def test_mamba_failure_is_clamped_and_retried(fake_ray: None, tmp_path: Path) -> None:
-    options = _options(tmp_path, 1)
+    options = fake_options(tmp_path, 1)
     optimize(_preset(FAKE_VLLM_MAMBA_BLOCKS="5"), options)
     study = optuna.load_study(study_name="fake", storage=options.storage_url)
     (trial,) = study.trials
@@ -124,7 +87,7 @@ def test_a_clearly_losing_candidate_is_pruned_and_keeps_its_measurements(
     from tuner.study import open_study
 
     preset = _preset()
-    options = _options(tmp_path, 3)
+    options = fake_options(tmp_path, 3)
     optimize(preset, options)  # the baseline and two sampled candidates, all fast
     study = open_study(preset, options)
     slow_env = {**preset.model.server_env, "FAKE_VLLM_TOKEN_DELAY_S": "0.1"}
@@ -133,7 +96,7 @@ def test_a_clearly_losing_candidate_is_pruned_and_keeps_its_measurements(
          "prompt_lookup_max": 3, "max_num_seqs": 8},
         user_attrs={TrialAttr.ROLE: "candidate", TrialAttr.SPEC_OVERRIDES: {"env": slow_env}},
     )  # fmt: skip
-    summary = optimize(preset, _options(tmp_path, 1))
+    summary = optimize(preset, fake_options(tmp_path, 1))
     assert summary.finished == 4
     study = optuna.load_study(study_name="fake", storage=options.storage_url)
     slow = study.trials[3]
@@ -152,7 +115,7 @@ def test_a_clearly_losing_candidate_is_pruned_and_keeps_its_measurements(
 def test_a_plain_benchmark_failing_after_the_workload_keeps_the_workload(
     fake_ray: None, tmp_path: Path
 ) -> None:
-    options = _options(tmp_path, 1)
+    options = fake_options(tmp_path, 1)
     summary = optimize(_preset(FAKE_VLLM_DIE_IN_PLAIN_BENCHMARK="1"), options)
     assert summary.finished == 1
     study = optuna.load_study(study_name="fake", storage=options.storage_url)
@@ -170,10 +133,10 @@ def test_a_plain_benchmark_failing_after_the_workload_keeps_the_workload(
 
 def test_a_second_run_adds_its_trials_and_repeats_none(fake_ray: None, tmp_path: Path) -> None:
     preset = _preset()
-    optimize(preset, _options(tmp_path, 3))
-    summary = optimize(preset, _options(tmp_path, 3))
+    optimize(preset, fake_options(tmp_path, 3))
+    summary = optimize(preset, fake_options(tmp_path, 3))
     assert summary.finished == 6 and summary.target == 6
-    study = optuna.load_study(study_name="fake", storage=_options(tmp_path, 1).storage_url)
+    study = optuna.load_study(study_name="fake", storage=fake_options(tmp_path, 1).storage_url)
     assert [t.state for t in study.trials] == [TrialState.COMPLETE] * 6
     keys = {tuple(sorted(t.params.items())) for t in study.trials}
     assert len(keys) == 6
@@ -191,11 +154,11 @@ def test_a_traces_file_shorter_than_tasks_scores_what_it_played(
     traces.write_text("\n".join(json.dumps(conversation) for _ in range(3)) + "\n")
     preset = _preset()
     workload = preset.workload.model_copy(update={"traces": str(traces)})
-    optimize(preset.model_copy(update={"workload": workload}), _options(tmp_path, 1))
-    study = optuna.load_study(study_name="fake", storage=_options(tmp_path, 1).storage_url)
+    optimize(preset.model_copy(update={"workload": workload}), fake_options(tmp_path, 1))
+    study = optuna.load_study(study_name="fake", storage=fake_options(tmp_path, 1).storage_url)
     (trial,) = study.trials
     assert trial.state == TrialState.COMPLETE  # 3 of "6" played is the whole file, not a prune
-    store = Store(_options(tmp_path, 1).storage_url)
+    store = Store(fake_options(tmp_path, 1).storage_url)
     (run,) = store.workload_runs("fake", 0)
     store.close()
     assert run.record.tasks == 3

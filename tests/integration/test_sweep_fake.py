@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 import optuna
 import pytest
@@ -18,44 +17,20 @@ from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import create_trial
 from typer.testing import CliRunner
 
+from tests.integration.conftest import fake_preset
 from tuner.cli import app
 from tuner.results.load import SWEEP_ATTR, LoadSweep
 from tuner.storage import Store, normalize_url
 from tuner.study.space import Preset
 from tuner.study.sweep import SWEEP_TABLE_SUFFIX, SweepOptions, run_sweep
 
-PRESET: dict[str, Any] = {
-    "model": {
-        "name": "fake",
-        "checkpoint": "fake/model",
-        "served_name": "fake",
-        "max_model_len": 8192,
-        "server_env": {"FAKE_VLLM_STARTUP_S": "0.2", "FAKE_VLLM_TOKEN_DELAY_S": "0.002"},
-    },
-    "gpu": {"name": "cpu", "cpu": True},
-    "space": {"methods": ["none", "ngram"], "max_num_seqs": [8]},
-    "baseline": {"max_num_seqs": 8},
-    "workload": {
-        "mode": "replay",
-        "tasks": 3,
-        "agents": 2,
-        "warmup_tasks": 1,
-        "tool_protocol": "text",
-        "tool_latency_s": 0.0,
-        "shape": {
-            "shared_prefix_tokens": 300,
-            "steps_min": 3,
-            "steps_max": 4,
-            "max_context_tokens": 2048,
-            "tool_output_median_tokens": 20,
-            "tool_output_p90_tokens": 40,
-            "call_turn_min_tokens": 8,
-            "call_turn_max_tokens": 16,
-            "plan_turn_min_tokens": 16,
-            "plan_turn_max_tokens": 32,
-        },
-    },
-}
+PRESET = fake_preset(
+    {"FAKE_VLLM_STARTUP_S": "0.2", "FAKE_VLLM_TOKEN_DELAY_S": "0.002"},
+    tasks=3,
+    warmup_tasks=1,
+    tool_latency_s=0.0,
+    gpu={"name": "cpu", "cpu": True},
+)
 NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "max_num_seqs": 8}
 
 
