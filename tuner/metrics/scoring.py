@@ -101,7 +101,7 @@ def bootstrap_tasks_per_hour(
 
 @dataclass(frozen=True)
 class Score:
-    """What the scoring computes from the scored tasks of one run."""
+    """What the scoring computes from the scored tasks of one run (None: not measured)."""
 
     tasks: int
     successes: int
@@ -112,19 +112,19 @@ class Score:
     success_rate: float
     success_rate_low: float
     success_rate_high: float
-    ttft_p50: float | None
-    ttft_p90: float | None
-    ttft_p99: float | None
-    tpot_p50: float | None
-    tpot_p90: float | None
-    tpot_p99: float | None
-    itl_p50: float | None
-    itl_p90: float | None
-    itl_p99: float | None
-    output_tokens_per_s: float | None
-    energy_joules: float | None
-    joules_per_task: float | None
-    joules_per_token: float | None
+    ttft_p50: float | None = None
+    ttft_p90: float | None = None
+    ttft_p99: float | None = None
+    tpot_p50: float | None = None
+    tpot_p90: float | None = None
+    tpot_p99: float | None = None
+    itl_p50: float | None = None
+    itl_p90: float | None = None
+    itl_p99: float | None = None
+    output_tokens_per_s: float | None = None
+    energy_joules: float | None = None
+    joules_per_task: float | None = None
+    joules_per_token: float | None = None
 
 
 def score_tasks(

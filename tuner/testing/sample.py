@@ -15,12 +15,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import optuna
 from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import TrialState, create_trial
 
 from tuner.attrs import ControlKind, Role, StudyAttr, TrialAttr
+from tuner.metrics import Score
 from tuner.records import (
     ServerStartRecord,
     StartupFacts,
@@ -88,26 +90,35 @@ def _steps(classes: list[str]) -> tuple[StepRecord, ...]:
     )
 
 
-def _workload(score: SampleScore, **kw: object) -> WorkloadRecord:
-    tasks: tuple[TaskRecord, ...] = kw.pop("task_records")  # type: ignore[assignment]
+def _workload(
+    sample: SampleScore, tasks: tuple[TaskRecord, ...], **diagnostics: Any
+) -> WorkloadRecord:
+    """The record of a replay run of `tasks` scoring `sample`, built as the runner builds one.
+
+    The sample's interval and success-rate bounds are given, not bootstrapped; no latencies
+    were measured; `diagnostics` are the server's counters and energy, by name.
+    """
     scored = [t for t in tasks if not t.warmup]
     successes = sum(t.success for t in scored)
-    return WorkloadRecord(
+    score = Score(
+        tasks=len(scored),
+        successes=successes,
+        scored_wall_s=3600.0 * successes / sample.value,
+        tasks_per_hour=sample.value,
+        tasks_per_hour_low=sample.low,
+        tasks_per_hour_high=sample.high,
+        success_rate=successes / len(scored),
+        success_rate_low=0.5,
+        success_rate_high=1.0,
+    )
+    return WorkloadRecord.from_score(
+        score,
         mode="replay",
         task_set_hash="sample",
         seed=0,
         agents=2,
-        tasks=len(scored),
-        successes=successes,
-        scored_wall_s=3600.0 * successes / score.value,
-        tasks_per_hour=score.value,
-        tasks_per_hour_low=score.low,
-        tasks_per_hour_high=score.high,
-        success_rate=successes / len(scored),
-        success_rate_low=0.5,
-        success_rate_high=1.0,
         task_records=tasks,
-        **kw,  # type: ignore[arg-type]
+        **diagnostics,
     )
 
 
@@ -196,9 +207,7 @@ def write_sample_study(
         n,
         TrialMeasurements(
             (_start(base_spec, 36253),),
-            _workload(
-                baseline, task_records=base_tasks, prefix_cache_hit_ratio=0.78, preemptions=0
-            ),
+            _workload(baseline, base_tasks, prefix_cache_hit_ratio=0.78, preemptions=0),
             (ThroughputRecord(1, 4, 1024, 25.6), ThroughputRecord(8, 16, 4096, 27.2)),
         ),
     )
@@ -231,7 +240,7 @@ def write_sample_study(
             (_start(ngram_spec, 27405),),
             _workload(
                 ngram,
-                task_records=ngram_tasks,
+                ngram_tasks,
                 prefix_cache_hit_ratio=0.61,
                 preemptions=2,
                 spec_drafts=200,
@@ -334,7 +343,7 @@ def write_sample_study(
             store.save_trial(
                 study_name,
                 n,
-                TrialMeasurements((_start(spec, 36253),), _workload(score, task_records=tasks)),
+                TrialMeasurements((_start(spec, 36253),), _workload(score, tasks)),
             )
     store.close()
     storage.remove_session()
