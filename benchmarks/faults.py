@@ -24,7 +24,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 FAST = ("test_bad_input.py", "test_root_cause.py")
-SLOW = ("test_driver_kill.py", "test_server_faults.py", "test_storage_faults.py")
+SLOW = ("test_driver_kill.py", "test_server_faults.py", "test_stack_faults.py")
 
 
 def _run(files: list[str], tally: Path, lock: str | None) -> tuple[int, float]:
@@ -43,11 +43,24 @@ def _run(files: list[str], tally: Path, lock: str | None) -> tuple[int, float]:
     return failed, time.monotonic() - began
 
 
+def _check_files() -> None:
+    """Every file named here exists, and every file of tests/faults is named: a renamed file
+    would otherwise be a pytest usage error counted as one failing file, its faults untold."""
+    present = {p.name for p in (ROOT / "tests" / "faults").glob("test_*.py")}
+    named = {*FAST, *SLOW}
+    if present != named:
+        sys.exit(
+            f"benchmarks/faults.py: tests/faults has {sorted(present - named)} not named here "
+            f"and names {sorted(named - present)} that are missing; update FAST/SLOW"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fast", action="store_true", help="skip the checks with real servers")
     parser.add_argument("--lock", default=None, help="flock this file around real-vLLM files")
     args = parser.parse_args()
+    _check_files()
     files = list(FAST) if args.fast else [*FAST, *SLOW]
     with tempfile.TemporaryDirectory() as tmp:
         tally = Path(tmp) / "tally.jsonl"
