@@ -161,6 +161,14 @@ def test_mamba_blocks_exceeded_is_retryable_with_the_available_count() -> None:
             FailureKind.INSUFFICIENT_FREE_MEMORY,
             {"free_gib": 1.5, "total_gib": 12.96, "requested_kv_gib": 4.0, "requested_gib": 11.66},
         ),
+        (
+            # With --kv-cache-memory-bytes (the CPU presets' knob) vLLM names one size.
+            "Available memory on node 0 (21.93/23.47 GiB) on kv cache allocation is less than "
+            "requested memory for kv (93.13 GiB). Decrease --kv-cache-memory-bytes, "
+            "VLLM_CPU_KVCACHE_SPACE, or reduce CPU memory used by other processes.",
+            FailureKind.INSUFFICIENT_FREE_MEMORY,
+            {"free_gib": 21.93, "total_gib": 23.47, "requested_kv_gib": 93.13},
+        ),
     ],
 )
 def test_memory_failures(message: str, kind: FailureKind, details: dict[str, float]) -> None:

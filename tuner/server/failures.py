@@ -162,6 +162,16 @@ _PATTERNS = (
         ),
         ("free_gib", "total_gib", "requested_kv_gib", "requested_gib"),
     ),
+    # The same check when `--kv-cache-memory-bytes` sets the size (what CPU presets search):
+    # vLLM then names only the KV size it was asked for (vllm/v1/worker/cpu_worker.py).
+    _Pattern(
+        FailureKind.INSUFFICIENT_FREE_MEMORY,
+        re.compile(
+            rf"Available memory on node \d+ \({_GIB}/{_GIB} GiB\) on kv cache allocation is "
+            rf"less than requested memory for kv \({_GIB} GiB\)[^\n]*"
+        ),
+        ("free_gib", "total_gib", "requested_kv_gib"),
+    ),
 )
 
 # vLLM reports a rejected `--speculative-config` as a pydantic error of SpeculativeConfig (one
