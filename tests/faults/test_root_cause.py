@@ -31,6 +31,8 @@ CASES = [
      "max_model_len (100000) is greater than the derived max_model_len"),
     ("cpu-kv-too-small.log", FailureKind.CONTEXT_TOO_LONG,
      "To serve at least one request with the model's max seq len (8192)"),
+    ("gpu-mamba-blocks-exceeded.log", FailureKind.MAMBA_BLOCKS_EXCEEDED,
+     "max_num_seqs (512) exceeds available Mamba cache blocks (195)"),
 ]  # fmt: skip
 
 
@@ -65,6 +67,18 @@ def test_a_server_killed_from_outside_says_so() -> None:
         "the vLLM server died during the workload after 12 answered requests (killed by "
         "SIGKILL): no error in its log: it was killed from outside (the OOM killer, or a user)"
     )
+
+
+def test_a_real_gpu_engine_death_names_the_cuda_error_not_the_wrapper() -> None:
+    # vLLM 0.26.0 on an H200: the tiny hybrid with MTP depth 3 died in its first decode step
+    # with drafts; the API server's EngineDeadError lines and shutdown messages come last.
+    text = (LOGS / "gpu-mtp-illegal-memory-access.log").read_text()
+    death = server_death(text, 0, 0)
+    cause = "AcceleratorError: CUDA error: an illegal memory access was encountered"
+    tally("fault", death.infeasible and cause in death.reason)
+    assert (death.kind, death.infeasible) == ("server_died", True)
+    assert death.reason.endswith(cause), death.reason
+    assert "EngineDeadError" not in death.reason
 
 
 def test_a_server_dead_at_its_first_request_is_infeasible() -> None:
