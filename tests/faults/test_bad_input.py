@@ -45,6 +45,8 @@ _DELETE = object()
 # (preset, key to set, value, where the error points, words the error must contain)
 CASES: list[tuple[str, str, Any, str, str]] = [
     ("cpu", "space.max_num_seqs", [0, 8], "space.max_num_seqs.0", "greater than 0"),
+    ("cpu", "space.max_num_seqs", [4], "(top level)",
+     "baseline.max_num_seqs (8) is not among space.max_num_seqs [4]"),
     ("cpu", "space.max_num_seqs", [], "space.max_num_seqs", "at least 1"),
     ("cpu", "space.max_num_seqs", [4, "many"], "space.max_num_seqs.1", "integer"),
     ("cpu", "space.kv_cache_memory_bytes", [0], "space.kv_cache_memory_bytes.0", "greater than"),

@@ -242,6 +242,15 @@ class Preset(BaseModel):
             raise ValueError(
                 "a CPU preset searches kv_cache_memory_bytes, not gpu_memory_utilization"
             )
+        # The baseline is trial 0 of the same search: Optuna refuses a queued categorical
+        # value that is not among the choices (it failed the study's first trial).
+        for name in ("kv_cache_memory_bytes", "max_num_seqs"):
+            value, choices = getattr(self.baseline, name), getattr(self.space, name)
+            if value is not None and choices is not None and value not in choices:
+                raise ValueError(
+                    f"baseline.{name} ({value}) is not among space.{name} {list(choices)}: "
+                    "add it to the space or change the baseline"
+                )
         return self
 
     @property
