@@ -318,3 +318,22 @@ def test_traces_replay_and_their_hash_follows_the_file(tmp_path: Path) -> None:
     assert _run(FakeChat(), settings).task_set_hash != first
     with pytest.raises(WorkloadError, match="use --mode replay"):
         _run(FakeChat(), settings.model_copy(update={"mode": "live"}))
+
+
+def test_a_completion_that_no_longer_fits_is_context_overflow_with_both_numbers() -> None:
+    # vLLM 0.32 (CPU build, max_model_len 1536) shrank max_tokens to the context left and then
+    # refused the replay's forced min_tokens; this body is what it answered in the fault suite.
+    from tuner.workload.chat import RequestFailed
+
+    body = (
+        '{"error": {"message": "min_tokens must be less than or equal to max_tokens=2, got 33.",'
+        ' "type": "BadRequestError", "param": null, "code": 400}}'
+    )
+    failed = RequestFailed(400, body)
+    assert failed.context_overflow
+    assert failed.reason == (
+        "context_overflow: the model's context had 2 tokens left for a turn of 33; HTTP 400: "
+        "min_tokens must be less than or equal to max_tokens=2, got 33."
+    )
+    other = RequestFailed(400, '{"error": {"message": "temperature must be >= 0"}}')
+    assert not other.context_overflow and other.reason == "HTTP 400: temperature must be >= 0"

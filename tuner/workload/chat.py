@@ -8,6 +8,7 @@ on one chunk under speculative decoding, as in `vllm bench serve`).
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,9 +28,20 @@ class RequestFailed(Exception):
 
     @property
     def context_overflow(self) -> bool:
-        """True when the prompt and max_tokens exceed the model's context."""
+        """True when the prompt and max_tokens exceed the model's context.
+
+        vLLM says so in two ways: a prompt longer than the context ("maximum context length is
+        N tokens"), or, when only the forced completion does not fit, it shrinks max_tokens to
+        the context left and then refuses the replay's min_tokens ("min_tokens must be less
+        than or equal to max_tokens=LEFT, got NEEDED").
+        """
         text = self.detail.lower()
-        return "context length" in text or "max_model_len" in text or "too long" in text
+        return (
+            "context length" in text
+            or "max_model_len" in text
+            or "too long" in text
+            or _SHRUNK_MAX_TOKENS.search(self.detail) is not None
+        )
 
     @property
     def reason(self) -> str:
@@ -42,7 +54,15 @@ class RequestFailed(Exception):
         if len(message) > 300:
             message = message[:297] + "..."
         prefix = "context_overflow: " if self.context_overflow else ""
+        shrunk = _SHRUNK_MAX_TOKENS.search(message)
+        if shrunk is not None:
+            prefix += f"the model's context had {shrunk[1]} tokens left for a turn of {shrunk[2]}; "
         return f"{prefix}HTTP {self.status}: {message}"
+
+
+_SHRUNK_MAX_TOKENS = re.compile(
+    r"min_tokens must be less than or equal to max_tokens=(\d+), got (\d+)"
+)
 
 
 def _error_message(detail: str) -> str:
