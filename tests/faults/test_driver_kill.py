@@ -5,8 +5,8 @@ during the warm-up, during the scored tasks, during the plain benchmark, between
 result and telling Optuna, and during the confirmation stage. After every kill, before anything
 else runs, the killed driver's server group (API server, engine core, worker) must be gone and
 its port free within seconds: the group's supervisor does it, not the next run. The last run
-then finishes the study: exactly one measured trial and one confirmation run, every interrupted
-trial re-queued once, nothing stored twice.
+then finishes the study: the baseline, one candidate and their two confirmation runs, every
+interrupted trial re-queued once, nothing stored twice.
 
 Real vLLM CPU (SmolLM2), real Ray, a SQLite file; about 8 server starts.
 """
@@ -106,11 +106,16 @@ def test_driver_killed_in_every_phase(tmp_path: Path, box: Box) -> None:
 
     resumed = subprocess.run(argv, env=box.env, capture_output=True, text=True, timeout=900)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    # One candidate beside the baseline: confirmation pairs candidates with the baseline, and a
+    # study with only its baseline queues no confirmation run.
+    more = subprocess.run(argv, env=box.env, capture_output=True, text=True, timeout=900)
+    assert more.returncode == 0, more.stdout + more.stderr
 
-    # Confirmation: one more baseline run, killed while it works, then finished.
+    # Confirmation: the candidate and the baseline once more, killed while the first works,
+    # then finished.
     confirm = [
         sys.executable, "-m", "tuner.cli", "confirm", "--study", "phases", "--storage", url,
-        "--confirm", "0,1",
+        "--confirm", "1,1",
     ]  # fmt: skip
     gone_s, _group = _kill_in(box, confirm, "scored")
     seconds["confirmation"] = round(gone_s, 2)
@@ -132,8 +137,8 @@ def test_driver_killed_in_every_phase(tmp_path: Path, box: Box) -> None:
         t for t in trials if t.state == TrialState.COMPLETE and t.user_attrs[role] == "confirm"
     ]
     interrupted = [t for t in trials if t.state == TrialState.FAIL]
-    assert len(measured) == 1 and measured[0].user_attrs[role] == "baseline"
-    assert len(confirms) == 1
+    assert sorted(t.user_attrs[role] for t in measured) == ["baseline", "candidate"]
+    assert len(confirms) == 2
     # Six kills: four in the trial's phases, one after storing, one in the confirmation.
     assert len(interrupted) == 6, [(t.number, t.user_attrs) for t in trials]
     assert {t.user_attrs.get(TrialAttr.FAILURE_KIND) for t in interrupted} == {"interrupted"}
@@ -145,7 +150,7 @@ def test_driver_killed_in_every_phase(tmp_path: Path, box: Box) -> None:
     try:
         kept = sorted(store.trial_numbers("phases"))
         assert kept == sorted(t.number for t in measured + confirms)  # nothing stored twice
-        assert len(store.workload_runs("phases")) == 2
+        assert len(store.workload_runs("phases")) == 4
     finally:
         store.close()
     assert not box.servers()
