@@ -106,17 +106,42 @@ def test_a_kill_between_fail_and_requeue_is_repaired_and_untold_rows_are_deleted
     store.close()
 
 
-def test_the_baseline_is_queued_again_when_its_retry_was_used(tmp_path: Path) -> None:
+def test_a_trial_whose_driver_is_killed_again_and_again_is_queued_again_as_a_chain(
+    tmp_path: Path,
+) -> None:
+    study = _study(tmp_path)
+    first = _running(study, {"host": socket.gethostname(), "pid": _dead_pid()})
+    recover(study, None)
+    numbers = [first]
+    for _ in range(2):  # the re-queued copy's driver is killed too, twice
+        again = ask(study)
+        again.set_user_attr(TrialAttr.DRIVER, {"host": socket.gethostname(), "pid": _dead_pid()})
+        assert recover(study, None) == [again.number]
+        numbers.append(again.number)
+    *failed, waiting = study.get_trials()
+    assert [t.number for t in failed] == numbers
+    assert all(t.user_attrs[TrialAttr.FAILURE_KIND] == "interrupted" for t in failed)
+    assert waiting.state == TrialState.WAITING and waiting.params == PARAMS
+    chain = [t.user_attrs.get(TrialAttr.REQUEUED_FROM) for t in study.get_trials()]
+    assert chain == [None, *numbers]  # each copy names the one before: no fork, no loss
+    assert waiting.user_attrs[TrialAttr.ROLE] == "baseline"
+
+
+def test_the_baseline_is_queued_again_when_its_retry_was_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(resume, "HEARTBEAT_INTERVAL_S", 1)
+    monkeypatch.setattr(resume, "GRACE_PERIOD_S", 1)
     study = _study(tmp_path)
     assert ensure_baseline(study, PARAMS)
     assert not ensure_baseline(study, PARAMS)  # queued already
-    dead = {"host": socket.gethostname(), "pid": _dead_pid()}
-    trial = ask(study)
-    trial.set_user_attr(TrialAttr.DRIVER, dead)
-    recover(study, None)  # interrupted, retried once
-    retry = ask(study)
-    retry.set_user_attr(TrialAttr.DRIVER, dead)
-    recover(study, None)  # interrupted again: no second retry
+    elsewhere = {"host": "another-host", "pid": 1}
+    for _ in range(2):  # its driver's host goes silent, twice: retried once, then not
+        trial = ask(study)
+        study._storage.record_heartbeat(trial._trial_id)  # type: ignore[attr-defined]
+        trial.set_user_attr(TrialAttr.DRIVER, elsewhere)
+        time.sleep(2.2)
+        recover(study, None)
     assert not study.get_trials(states=(TrialState.WAITING,))
     assert ensure_baseline(study, PARAMS)
     (waiting,) = study.get_trials(states=(TrialState.WAITING,))

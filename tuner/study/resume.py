@@ -8,6 +8,11 @@ They coordinate only through Optuna's storage, the way Optuna documents it:
   `optuna.storages.fail_stale_trials` marks it FAIL and its failed-trial callback
   (`RequeueOnce`) queues it again once. A driver on the same host whose process is gone is
   recognized at once, without waiting for the grace period (its pid is on the trial).
+- **Who gets how many retries**: a trial whose driver on this host was killed or stopped
+  (failure kind `interrupted`) did nothing wrong, so it is queued again every time, as a chain
+  (each copy names the one before in `requeued_from`), up to `MAX_INTERRUPTIONS`. A worker crash
+  and a stale heartbeat of another host (the trial may have taken its machine down) are retried
+  `MAX_RETRY` times: a second one is the config's own doing.
 - **Atomic enough**: a trial is marked FAIL first (Optuna refuses a second FAIL, so exactly one
   driver claims it) and re-queued after. A kill between the two is repaired by `sweep()`, which
   every start runs: an interrupted trial without its re-queued copy gets one, and rows a killed
@@ -39,6 +44,7 @@ from tuner.study.roles import counts_toward_budget, role_of
 __all__ = [
     "GRACE_PERIOD_S",
     "HEARTBEAT_INTERVAL_S",
+    "MAX_INTERRUPTIONS",
     "MAX_RETRY",
     "RequeueOnce",
     "ask",
@@ -56,6 +62,9 @@ __all__ = [
 HEARTBEAT_INTERVAL_S: Final = 10
 GRACE_PERIOD_S: Final = 60
 MAX_RETRY: Final = 1
+# A driver killed over and over in the same trial: a bound, not a policy (each kill is a user's
+# or the machine's doing, so the trial is queued again; a loop that never ends is not).
+MAX_INTERRUPTIONS: Final = 20
 
 # What a trial measured or how it ended: not copied to its re-queued run.
 _RESULT_ATTRS: Final = frozenset(
@@ -137,13 +146,16 @@ def _params(trial: FrozenTrial) -> tuple[dict[str, Any], dict[str, Any]]:
     return dict(trial.params), dict(trial.distributions)
 
 
-def requeue(study: optuna.Study, trial: FrozenTrial) -> int | None:
-    """Queue a failed trial's run again, once; returns the new trial's number or None.
+def requeue(study: optuna.Study, trial: FrozenTrial, *, interrupted: bool = False) -> int | None:
+    """Queue a failed trial's run again; returns the new trial's number or None.
 
-    Idempotent: a trial that already has a re-queued copy is not queued twice.
+    `interrupted`: the trial's driver was killed or stopped, which is not the config's doing,
+    so it is queued again however often that happened (up to `MAX_INTERRUPTIONS`); otherwise
+    a trial is retried `MAX_RETRY` times. Idempotent: a trial with a re-queued copy is not
+    queued twice.
     """
     history = [*trial.system_attrs.get("retry_history", []), trial.number]
-    if len(history) > MAX_RETRY:
+    if len(history) > (MAX_INTERRUPTIONS if interrupted else MAX_RETRY):
         return None
     trials = study.get_trials(deepcopy=False)
     if any(t.user_attrs.get(TrialAttr.REQUEUED_FROM) == trial.number for t in trials):
@@ -186,7 +198,7 @@ def mark_interrupted(study: optuna.Study, number: int, reason: str) -> bool:
         study.tell(number, state=TrialState.FAIL)
     except (optuna.exceptions.UpdateFinishedTrialError, ValueError, RuntimeError):
         return False  # finished meanwhile (another driver, or it was told after all)
-    requeue(study, study._storage.get_trial(trial_id))
+    requeue(study, study._storage.get_trial(trial_id), interrupted=True)
     return True
 
 
@@ -206,7 +218,8 @@ def sweep(study: optuna.Study, store: Store | None) -> None:
     requeued = {t.user_attrs.get(TrialAttr.REQUEUED_FROM) for t in trials}
     for t in broken:
         if t.number not in requeued:
-            requeue(study, t)
+            interrupted = t.user_attrs.get(TrialAttr.FAILURE_KIND) == "interrupted"
+            requeue(study, t, interrupted=interrupted)
     if store is not None and broken:
         stored = set(store.trial_numbers(study.study_name))
         for t in broken:
