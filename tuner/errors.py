@@ -96,6 +96,11 @@ class WorkloadError(TunerError):
         self.answered_requests = answered_requests
 
 
+class WorkloadStalled(WorkloadError):
+    """Every agent's latest task missed its deadline in a row: the server is stalled or far too
+    slow for this workload, and waiting out the rest of the tasks would take hours."""
+
+
 class StudyError(TunerError):
     """The study cannot run, resume, export or report."""
 

@@ -162,3 +162,40 @@ def test_a_traces_file_shorter_than_tasks_scores_what_it_played(
     (run,) = store.workload_runs("fake", 0)
     store.close()
     assert run.record.tasks == 3
+
+
+def test_a_stalled_server_ends_its_trial_after_one_deadline_per_agent(
+    fake_ray: None, tmp_path: Path
+) -> None:
+    # On an H200, vLLM 0.26.0 with MTP on the tiny hybrid stayed healthy while generating 0.4
+    # tokens/s: without the stall rule its 112 tasks would each have waited out the deadline.
+    from tuner.study import open_study
+
+    base = _preset()
+    preset = base.model_copy(
+        update={"workload": base.workload.model_copy(update={"task_deadline_s": 2.0})}
+    )
+    options = fake_options(tmp_path, 1)
+    optimize(preset, options)  # the baseline, fast
+    study = open_study(preset, options)
+    slow_env = {**preset.model.server_env, "FAKE_VLLM_TOKEN_DELAY_S": "1.0"}
+    study.enqueue_trial(
+        {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 1,
+         "prompt_lookup_max": 3, "max_num_seqs": 8},
+        user_attrs={TrialAttr.ROLE: "candidate", TrialAttr.SPEC_OVERRIDES: {"env": slow_env}},
+    )  # fmt: skip
+    summary = optimize(preset, fake_options(tmp_path, 1))
+    assert summary.finished == 2
+    study = optuna.load_study(study_name="fake", storage=options.storage_url)
+    baseline, stalled = study.trials
+    assert stalled.state == TrialState.COMPLETE and stalled.value == 0.0
+    assert stalled.user_attrs[TrialAttr.INFEASIBLE] is True
+    assert stalled.user_attrs[TrialAttr.FAILURE_KIND] == "server_stalled"
+    reason = stalled.user_attrs[TrialAttr.FAILURE_REASON]
+    assert "2 tasks in a row missed their 2 s deadline" in reason, reason
+    assert (baseline.value or 0) > 0
+    store = Store(options.storage_url)
+    try:
+        assert store.workload_runs("fake", stalled.number) == []  # nothing scored
+    finally:
+        store.close()

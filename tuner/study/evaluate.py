@@ -27,7 +27,7 @@ from typing import Any
 
 import httpx
 
-from tuner.errors import StartupFailed, TunerError
+from tuner.errors import StartupFailed, TunerError, WorkloadStalled
 from tuner.metrics import energy_meter_for
 from tuner.records import ServerStartRecord, ThroughputRecord, WorkloadRecord
 from tuner.server import FailureKind, Launcher, ServerSpec
@@ -199,6 +199,15 @@ def _measure(
                     should_stop=stop,
                     energy=energy_meter_for(request.gpu_ids),
                 )
+            except WorkloadStalled as exc:
+                # Alive but not finishing tasks: this config cannot serve the workload here,
+                # so it is infeasible (the sampler steers away) unless the server in fact died.
+                failure_kind, failure_reason = "server_stalled", f"the vLLM server {exc}"
+                infeasible = True
+                death = handle.death(exc.answered_requests)
+                if death is not None:
+                    failure_kind, failure_reason = death.kind, death.reason
+                    infeasible = death.infeasible
             except (TunerError, httpx.HTTPError) as exc:
                 failure_kind = "workload_failed"
                 failure_reason = f"the workload failed against the server: {exc}"
@@ -210,6 +219,19 @@ def _measure(
             stopped_early = (
                 workload is not None and asked_to_stop[0] and workload.tasks < planned[0]
             )
+            if workload is not None and not stopped_early and _answered(workload) == 0:
+                # Not one request answered: no measurement. On the vLLM CPU build the tiny
+                # hybrid's engine core dies at its first request while the API server answers
+                # HTTP 500 ("EngineCore encountered an issue") until it exits: its own cause.
+                failure_kind = "workload_failed"
+                failure_reason = "the server answered none of the workload's requests: " + (
+                    _first_failure(workload)
+                )
+                death = handle.death(0, wait_s=_DEATH_WAIT_S)
+                if death is not None:
+                    failure_kind, failure_reason = death.kind, death.reason
+                    infeasible = death.infeasible
+                workload = None
             if workload is not None and not stopped_early:
                 probe = try_probe(
                     handle.base_url, spec.served_model_name or spec.model, request.workload
@@ -248,6 +270,20 @@ def _measure(
         notes=tuple(notes),
         probe=probe,
     )
+
+
+# A server whose engine died answers HTTP 500 for a moment before its API server exits.
+_DEATH_WAIT_S = 20.0
+
+
+def _answered(workload: WorkloadRecord) -> int:
+    """Requests the server answered, warm-up included."""
+    return sum(len(t.steps) for t in workload.task_records)
+
+
+def _first_failure(workload: WorkloadRecord) -> str:
+    reasons = [t.failure_reason for t in workload.task_records if t.failure_reason]
+    return reasons[0] if reasons else "no task recorded a reason"
 
 
 def _line(exc: BaseException) -> str:

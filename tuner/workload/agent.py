@@ -57,6 +57,7 @@ class Outcome:
 
     success: bool = False
     failure_reason: str | None = None
+    missed_deadline: bool = False
     steps: list[StepRecord] = field(default_factory=list)
     gaps_s: list[float] = field(default_factory=list)
     previous_prompt: int | None = None

@@ -23,7 +23,7 @@ from typing import Any
 
 import httpx
 
-from tuner.errors import WorkloadError
+from tuner.errors import WorkloadError, WorkloadStalled
 from tuner.metrics.energy import EnergyMeter
 from tuner.metrics.prometheus import counter_deltas, scrape_metrics
 from tuner.metrics.scoring import score_tasks
@@ -132,6 +132,7 @@ async def _run_job(
                 await replay_task(ctx, job.script, outcome)
     except TimeoutError:
         outcome.success = False
+        outcome.missed_deadline = True
         outcome.failure_reason = (
             f"deadline: not finished within {ctx.settings.task_deadline_s:g} s "
             f"({len(outcome.steps)} model calls answered)"
@@ -153,6 +154,31 @@ async def _run_job(
     return record, outcome
 
 
+@dataclass
+class _StallWatch:
+    """The stall rule: as many tasks in a row as there are agents, each past its deadline.
+
+    Then every agent's latest task missed it: the server answers too little to finish any task
+    in time (a wedged engine that still reports healthy, or a config far too slow for this
+    workload), and the remaining tasks would each wait out the deadline, for hours. Warm-up and
+    scored tasks both count; one task finished in time resets it.
+    """
+
+    agents: int
+    deadline_s: float
+    in_a_row: int = 0
+
+    def saw(self, outcome: Outcome, answered: int) -> None:
+        self.in_a_row = self.in_a_row + 1 if outcome.missed_deadline else 0
+        if self.in_a_row >= self.agents:
+            raise WorkloadStalled(
+                f"stalled: {self.in_a_row} tasks in a row missed their {self.deadline_s:g} s "
+                f"deadline ({answered} model calls answered in all); the server is wedged or "
+                "far too slow for this workload, so the rest was not waited for",
+                answered_requests=answered,
+            )
+
+
 async def _run_phase(
     ctx: AgentContext,
     phase: _Phase,
@@ -160,6 +186,7 @@ async def _run_phase(
     should_stop: Callable[[], bool] | None,
     on_done: Callable[[], None] | None,
     answered_before: int = 0,
+    stall: _StallWatch | None = None,
 ) -> None:
     async def agent() -> None:
         while phase.jobs:
@@ -172,6 +199,8 @@ async def _run_phase(
             record, outcome = await _run_job(ctx, job, clock_zero, outcome)
             phase.records.append(record)
             phase.gaps_s.extend(outcome.gaps_s)
+            if stall is not None:
+                stall.saw(outcome, answered_before + phase.answered)
             if on_done is not None:
                 on_done()
 
@@ -237,6 +266,7 @@ async def run_workload(
 
     Raises:
         WorkloadError: The server cannot be reached or stopped answering; a traces file is bad.
+        WorkloadStalled: As many tasks in a row as there are agents missed their deadline.
     """
     base_url = normalise_base_url(base_url)
     warm_jobs, scored_jobs, digest = _jobs(settings)
@@ -253,7 +283,8 @@ async def run_workload(
     )
     clock_zero = time.perf_counter()
     warm = _Phase(deque(warm_jobs), clock_zero)
-    await _run_phase(ctx, warm, clock_zero, should_stop, None)
+    stall = _StallWatch(settings.agents, settings.task_deadline_s)
+    await _run_phase(ctx, warm, clock_zero, should_stop, None, stall=stall)
 
     before = await scrape_metrics(client, base_url)
     if energy is not None:
@@ -270,7 +301,7 @@ async def run_workload(
         on_progress(RunProgress(len(scored.records), total, wins, elapsed, rate))
 
     report()
-    await _run_phase(ctx, scored, clock_zero, should_stop, report, warm.answered)
+    await _run_phase(ctx, scored, clock_zero, should_stop, report, warm.answered, stall)
     wall = time.perf_counter() - scored.started
     joules = energy.stop() if energy is not None else None
     memory_mib = energy.memory_used_mib() if energy is not None else None
