@@ -22,7 +22,7 @@ answer cost in all. Goal (issue 12): hit >= 90% at 25% of the grid's cost, above
     python benchmarks/sample_efficiency.py [--seeds 100] [--data FILE] [--jobs N] [--variants]
 
 `--variants` also replays other sampler and pruner settings (TPE start-up trials, independent
-TPE, no constant liar, GPSampler when SciPy is installed, pruning warm-up and start) to choose
+TPE, no constant liar, GPSampler (SciPy, in the test extras), pruning warm-up and start) to choose
 between them. Replay mode numbers: load shape, not graded answers. An incomplete grid is refused
 (exit 2) unless a complete part of it holds the baseline (see `_replay.GridTable.partial`).
 """
@@ -355,7 +355,7 @@ def main() -> int:
     if args.variants:
         SEARCHES_ALL.extend(VARIANTS)
         if importlib.util.find_spec("scipy") is None:
-            # GPSampler needs SciPy, which tuner does not depend on.
+            # GPSampler needs SciPy (the test extras install it; tuner itself does not need it).
             print("GPSampler not compared: `pip install scipy` to include it", file=sys.stderr)
             SEARCHES_ALL[:] = [s for s in SEARCHES_ALL if not isinstance(s.sampler, Gp)]
     if not args.data.is_file():
