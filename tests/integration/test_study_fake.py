@@ -81,6 +81,16 @@ def test_mamba_failure_is_clamped_and_retried(fake_ray: None, tmp_path: Path) ->
     assert runs[0].record.tasks == 6
 
 
+def _enqueue_slow_candidate(study: optuna.Study, preset: Preset, *, token_delay_s: float) -> None:
+    """Queue an n-gram candidate whose fake server spends `token_delay_s` on each token."""
+    slow_env = {**preset.model.server_env, "FAKE_VLLM_TOKEN_DELAY_S": str(token_delay_s)}
+    study.enqueue_trial(
+        {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 1,
+         "prompt_lookup_max": 3, "max_num_seqs": 8},
+        user_attrs={TrialAttr.ROLE: "candidate", TrialAttr.SPEC_OVERRIDES: {"env": slow_env}},
+    )  # fmt: skip
+
+
 def test_a_clearly_losing_candidate_is_pruned_and_keeps_its_measurements(
     fake_ray: None, tmp_path: Path
 ) -> None:
@@ -89,13 +99,7 @@ def test_a_clearly_losing_candidate_is_pruned_and_keeps_its_measurements(
     preset = _preset()
     options = fake_options(tmp_path, 3)
     optimize(preset, options)  # the baseline and two sampled candidates, all fast
-    study = open_study(preset, options)
-    slow_env = {**preset.model.server_env, "FAKE_VLLM_TOKEN_DELAY_S": "0.1"}
-    study.enqueue_trial(
-        {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 1,
-         "prompt_lookup_max": 3, "max_num_seqs": 8},
-        user_attrs={TrialAttr.ROLE: "candidate", TrialAttr.SPEC_OVERRIDES: {"env": slow_env}},
-    )  # fmt: skip
+    _enqueue_slow_candidate(open_study(preset, options), preset, token_delay_s=0.1)
     summary = optimize(preset, fake_options(tmp_path, 1))
     assert summary.finished == 4
     study = optuna.load_study(study_name="fake", storage=options.storage_url)
@@ -177,13 +181,7 @@ def test_a_stalled_server_ends_its_trial_after_one_deadline_per_agent(
     )
     options = fake_options(tmp_path, 1)
     optimize(preset, options)  # the baseline, fast
-    study = open_study(preset, options)
-    slow_env = {**preset.model.server_env, "FAKE_VLLM_TOKEN_DELAY_S": "1.0"}
-    study.enqueue_trial(
-        {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 1,
-         "prompt_lookup_max": 3, "max_num_seqs": 8},
-        user_attrs={TrialAttr.ROLE: "candidate", TrialAttr.SPEC_OVERRIDES: {"env": slow_env}},
-    )  # fmt: skip
+    _enqueue_slow_candidate(open_study(preset, options), preset, token_delay_s=1.0)
     summary = optimize(preset, fake_options(tmp_path, 1))
     assert summary.finished == 2
     study = optuna.load_study(study_name="fake", storage=options.storage_url)

@@ -105,15 +105,15 @@ def test_crossover_sentence() -> None:
 def test_one_sentence_per_load_against_the_reference_answer() -> None:
     assert load_sentences(sweep(BASE, NGRAM3)) == [
         "for 4 agents, export no speculation; "
-        "for 1 agent, n-gram depth 3 would be 2.0x faster [2.00, 2.00]; "
-        "for 2 agents, n-gram depth 3 would be 1.5x faster [1.50, 1.50]"
+        "for 1 agent, n-gram depth 3 would be 2.00x faster [2.00, 2.00]; "
+        "for 2 agents, n-gram depth 3 would be 1.50x faster [1.50, 1.50]"
     ]
     # The study ran at 1 agent: there depth 3 is the answer; at 4 agents the baseline is
     # 1080 / 864 = 1.25x faster than depth 3.
     assert load_sentences(sweep(BASE, NGRAM3, preset_agents=1)) == [
         "for 1 agent, export n-gram depth 3; "
         "for 2 agents, the same (nothing beats it beyond the noise); "
-        "for 4 agents, no speculation would be 1.2x faster [1.25, 1.25]"
+        "for 4 agents, no speculation would be 1.25x faster [1.25, 1.25]"
     ]
 
 

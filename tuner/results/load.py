@@ -9,7 +9,7 @@ per-task outcomes so that configs are compared task by task at the same load
   interval against the baseline lies above 1, else the baseline;
 - the crossover in words ("n-gram depth 3 wins up to 2 agents, the baseline from 4");
 - one sentence per load against the reference load's answer ("for 4 agents, export X; for 1
-  agent, Y would be 2.0x faster");
+  agent, Y would be 2.00x faster");
 - a depth schedule for vLLM's `num_speculative_tokens_per_batch_size` (`derive_schedule`).
 """
 
@@ -222,7 +222,7 @@ def crossover_sentence(sweep: LoadSweep) -> str | None:
 def load_sentences(sweep: LoadSweep) -> list[str]:
     """The answer per load, against the reference load's export.
 
-    "for 4 agents, export X; for 1 agent, Y would be 2.0x faster [1.8, 2.2]". Y is named only
+    "for 4 agents, export X; for 1 agent, Y would be 2.00x faster [1.80, 2.20]". Y is named only
     when its paired interval against X at that load lies above 1.
     """
     ref = sweep.reference_agents
@@ -245,7 +245,7 @@ def load_sentences(sweep: LoadSweep) -> list[str]:
         else:
             c, est = best
             clauses.append(
-                f"for {_agents_word(n)}, {c.label} would be {est.ratio:.1f}x faster "
+                f"for {_agents_word(n)}, {c.label} would be {est.ratio:.2f}x faster "
                 f"[{est.low:.2f}, {est.high:.2f}]"
             )
     return ["; ".join(clauses)]

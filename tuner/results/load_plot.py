@@ -40,15 +40,22 @@ def draw_sweep(sweep: LoadSweep) -> Any:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(10.0, 4.0))
+    series = sweep_series(sweep)
+    # The legend goes below both panels (config labels are long); one line per config.
+    legend_in = 0.25 * len(series) + 0.2
+    fig = Figure(figsize=(10.0, 4.0 + legend_in))
     FigureCanvasAgg(fig)
     left, right = fig.subplots(1, 2)
-    for label, agents, tph, low, high, latency in sweep_series(sweep):
+    for i, (label, agents, tph, low, high, latency) in enumerate(series):
         err = [
             [t - lo for t, lo in zip(tph, low, strict=True)],
             [h - t for t, h in zip(tph, high, strict=True)],
         ]
-        left.errorbar(agents, tph, yerr=err, marker="o", capsize=3, label=label)
+        # Intervals of configs at the same load side by side, not on top of each other.
+        dodge = (i - (len(series) - 1) / 2) * 0.04
+        left.errorbar(
+            [a * (1 + dodge) for a in agents], tph, yerr=err, marker="o", capsize=3, label=label
+        )
         right.plot(agents, latency, marker="o", label=label)
     for ax, title in (
         (left, "successful tasks/h (95% interval)"),
@@ -58,9 +65,10 @@ def draw_sweep(sweep: LoadSweep) -> Any:
         ax.set_xlabel("agents")
         ax.set_xticks(list(sweep.agents))
         ax.grid(alpha=0.3)
-    left.legend(fontsize="small")
+    handles, labels = left.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=1, fontsize="small", frameon=False)
     fig.suptitle(f"load sweep ({sweep.mode}, {sweep.tasks} tasks per load)")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0.0, legend_in / (4.0 + legend_in), 1.0, 1.0))
     return fig
 
 
