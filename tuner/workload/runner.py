@@ -156,12 +156,14 @@ async def _run_job(
 
 @dataclass
 class _StallWatch:
-    """The stall rule: as many tasks in a row as there are agents, each past its deadline.
+    """The stall rule: as many tasks in a row as there are agents (at least 2), each past its
+    deadline.
 
     Then every agent's latest task missed it: the server answers too little to finish any task
     in time (a wedged engine that still reports healthy, or a config far too slow for this
     workload), and the remaining tasks would each wait out the deadline, for hours. Warm-up and
-    scored tasks both count; one task finished in time resets it.
+    scored tasks both count; one task finished in time resets it. One agent's single late task
+    is not enough: that may be one long task.
     """
 
     agents: int
@@ -170,7 +172,7 @@ class _StallWatch:
 
     def saw(self, outcome: Outcome, answered: int) -> None:
         self.in_a_row = self.in_a_row + 1 if outcome.missed_deadline else 0
-        if self.in_a_row >= self.agents:
+        if self.in_a_row >= max(2, self.agents):
             raise WorkloadStalled(
                 f"stalled: {self.in_a_row} tasks in a row missed their {self.deadline_s:g} s "
                 f"deadline ({answered} model calls answered in all); the server is wedged or "
@@ -266,7 +268,8 @@ async def run_workload(
 
     Raises:
         WorkloadError: The server cannot be reached or stopped answering; a traces file is bad.
-        WorkloadStalled: As many tasks in a row as there are agents missed their deadline.
+        WorkloadStalled: As many tasks in a row as there are agents (at least 2) missed their
+            deadline.
     """
     base_url = normalise_base_url(base_url)
     warm_jobs, scored_jobs, digest = _jobs(settings)
