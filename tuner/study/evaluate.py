@@ -202,19 +202,17 @@ def _measure(
             except WorkloadStalled as exc:
                 # Alive but not finishing tasks: this config cannot serve the workload here,
                 # so it is infeasible (the sampler steers away) unless the server in fact died.
-                failure_kind, failure_reason = "server_stalled", f"the vLLM server {exc}"
-                infeasible = True
-                death = handle.death(exc.answered_requests)
-                if death is not None:
-                    failure_kind, failure_reason = death.kind, death.reason
-                    infeasible = death.infeasible
+                failure_kind, failure_reason, infeasible = _unless_died(
+                    handle, exc.answered_requests, "server_stalled", f"the vLLM server {exc}", True
+                )
             except (TunerError, httpx.HTTPError) as exc:
-                failure_kind = "workload_failed"
-                failure_reason = f"the workload failed against the server: {exc}"
-                death = handle.death(getattr(exc, "answered_requests", None))
-                if death is not None:  # the server died: its own root cause, not the client's
-                    failure_kind, failure_reason = death.kind, death.reason
-                    infeasible = death.infeasible  # died at its first request: cannot serve
+                failure_kind, failure_reason, infeasible = _unless_died(
+                    handle,
+                    getattr(exc, "answered_requests", None),
+                    "workload_failed",
+                    f"the workload failed against the server: {exc}",
+                    False,
+                )
             workload_s = time.monotonic() - w0
             stopped_early = (
                 workload is not None and asked_to_stop[0] and workload.tasks < planned[0]
@@ -223,14 +221,15 @@ def _measure(
                 # Not one request answered: no measurement. On the vLLM CPU build the tiny
                 # hybrid's engine core dies at its first request while the API server answers
                 # HTTP 500 ("EngineCore encountered an issue") until it exits: its own cause.
-                failure_kind = "workload_failed"
-                failure_reason = "the server answered none of the workload's requests: " + (
-                    _first_failure(workload)
+                failure_kind, failure_reason, infeasible = _unless_died(
+                    handle,
+                    0,
+                    "workload_failed",
+                    "the server answered none of the workload's requests: "
+                    + _first_failure(workload),
+                    False,
+                    wait_s=_DEATH_WAIT_S,
                 )
-                death = handle.death(0, wait_s=_DEATH_WAIT_S)
-                if death is not None:
-                    failure_kind, failure_reason = death.kind, death.reason
-                    infeasible = death.infeasible
                 workload = None
             if workload is not None and not stopped_early:
                 probe = try_probe(
@@ -274,6 +273,24 @@ def _measure(
 
 # A server whose engine died answers HTTP 500 for a moment before its API server exits.
 _DEATH_WAIT_S = 20.0
+
+
+def _unless_died(
+    handle: Any,
+    answered: int | None,
+    kind: str,
+    reason: str,
+    infeasible: bool,
+    *,
+    wait_s: float = 5.0,
+) -> tuple[str, str, bool]:
+    """(failure kind, reason, infeasible) of a failed workload, unless the server died: then
+    its death in its own words (the log's root cause, not the client's error), infeasible when
+    it died at its first request."""
+    death = handle.death(answered, wait_s=wait_s)
+    if death is None:
+        return kind, reason, infeasible
+    return death.kind, death.reason, death.infeasible
 
 
 def _answered(workload: WorkloadRecord) -> int:
