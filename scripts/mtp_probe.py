@@ -12,8 +12,9 @@ server's log is kept in `--out`; every server's process group is killed at the e
         --case "d1=--speculative-config '{\"method\":\"mtp\",\"num_speculative_tokens\":1}'"
 
 A case's flags are split as a shell would split them (quote the JSON, as above). Without
-`--case`, the four cases of docs/gpu-validation.md's next GPU run are probed. Only the standard
-library is used, so it runs with any Python that can start vLLM.
+`--case`, the four cases of docs/gpu-validation.md's next GPU run are probed. Run it from the
+repository (tuner importable): the vLLM command is tuner's (`TUNER_VLLM_COMMAND`, else `vllm serve`
+where that works), and ports and /metrics are read as tuner reads them.
 """
 
 from __future__ import annotations
@@ -30,6 +31,10 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
+
+from tuner.metrics.prometheus import SPEC_DRAFT_TOKENS, parse_metrics
+from tuner.server.launcher import free_port
+from tuner.settings import LaunchCommand, get_settings
 
 
 def _spec(depth: int, **extra: object) -> str:
@@ -95,15 +100,10 @@ def _burst(port: int, n: int, max_tokens: int) -> str:
 
 def _drafted(port: int) -> str:
     try:
-        text = _get(f"http://127.0.0.1:{port}/metrics", 5)
+        total = parse_metrics(_get(f"http://127.0.0.1:{port}/metrics", 5)).total(SPEC_DRAFT_TOKENS)
     except Exception:
         return "?"
-    total = sum(
-        float(line.split()[-1])
-        for line in text.splitlines()
-        if line.startswith("vllm:spec_decode_num_draft_tokens_total")
-    )
-    return f"{total:.0f}"
+    return "?" if total is None else f"{total:.0f}"
 
 
 def _probe(
@@ -138,23 +138,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True, help="model directory or name to serve")
     parser.add_argument("--out", type=Path, required=True, help="where logs and probe.txt go")
-    parser.add_argument("--vllm", default="vllm serve", help="command that starts vLLM")
+    parser.add_argument("--vllm", help="command that starts vLLM (default: tuner's)")
     parser.add_argument("--common", default=DEFAULT_COMMON, help="flags every case gets")
     parser.add_argument("--case", action="append", default=[], help="NAME=FLAGS (repeatable)")
-    parser.add_argument("--port", type=int, default=8100, help="first case's port")
     parser.add_argument("--ready-timeout", type=float, default=330.0)
     parser.add_argument("--max-tokens", type=int, default=64)
     args = parser.parse_args(argv)
     cases = dict(c.split("=", 1) for c in args.case) if args.case else DEFAULT_CASES
     args.out.mkdir(parents=True, exist_ok=True)
     procs: dict[str, tuple[int, subprocess.Popen[bytes]]] = {}
-    for i, (name, flags) in enumerate(cases.items()):
-        port = args.port + i
-        command = shlex.split(args.vllm)
-        # `vllm serve MODEL`; the API server module (`python -m vllm.entrypoints...`) takes --model.
-        model = [args.model] if command[-1] == "serve" else ["--model", args.model]
+    launch = LaunchCommand.parse(args.vllm) if args.vllm else get_settings().launch_command()
+    model = [args.model] if launch.model_positional else ["--model", args.model]
+    for name, flags in cases.items():
+        port = free_port()
         argv_ = [
-            *command,
+            *launch.argv,
             *model,
             "--host",
             "127.0.0.1",
