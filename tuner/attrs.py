@@ -75,6 +75,9 @@ class TrialAttr:
     ENERGY_PER_TASK_J: Final = "energy_per_task_j"  # absent when not measured
     GPU_MEMORY_MIB: Final = "gpu_memory_mib"  # NVML, at the end of the window; absent on CPU
     STARTUP_S: Final = "startup_s"
+    # tuner.study.space.GpuPart.emulation_record: the searched gpu_memory_utilization (of the
+    # emulated card), the one launched on this card, and the arithmetic's inputs
+    GPU_EMULATION: Final = "gpu_emulation"
     TIMING: Final = "timing"  # worker seconds: wall, startup, workload (warm-up too), throughput
     # tuner.server FailureKind value, "interrupted", "worker_crashed" or "duplicate"
     FAILURE_KIND: Final = "failure_kind"

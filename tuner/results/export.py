@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from tuner.errors import ConfigError, StudyError, first_error
 from tuner.results.decision import Verdict, judge_study
+from tuner.results.emulated import for_the_emulated_card
 from tuner.results.formats import (
     DEFAULT_IMAGE,
     IMAGE_ENTRYPOINT,
@@ -308,8 +309,9 @@ def render_export(choice: ExportChoice, fmt: str = "shell") -> str:
     """
     if fmt not in FORMATS:
         raise ConfigError(f"unknown export format {fmt!r}; choose one of: {', '.join(FORMATS)}")
-    argv = serve_argv(choice.trial)
+    argv, emulation = for_the_emulated_card(choice.trial, serve_argv(choice.trial))
     header = "".join(f"# {line}\n" for line in _comment_lines(choice))
+    header += f"# {emulation}\n" if emulation else ""
     if fmt == "json":
         return json.dumps(_document(choice, argv), indent=2) + "\n"
     if fmt == "yaml":

@@ -154,6 +154,10 @@ def request_factory(preset: Preset, *, model_path: str, cache_dir: Path) -> Requ
             preset.server_spec(params, model_path=model_path),
             trial.user_attrs.get(TrialAttr.SPEC_OVERRIDES) or {},
         )
+        # An emulated card (gpu.emulate_memory_gib): keep both fractions beside the params.
+        emulation = preset.emulation_record(params)
+        if emulation is not None:
+            trial.set_user_attr(TrialAttr.GPU_EMULATION, emulation)
         return TrialRequest(
             study_name=trial.study.study_name,
             trial_number=trial.number,

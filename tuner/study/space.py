@@ -101,6 +101,12 @@ class GpuPart(BaseModel):
     tensor_parallel_size: int = Field(default=1, ge=1)
     # CPU presets: servers need no GPU; Ray slots then reserve none.
     cpu: bool = False
+    # Emulating a smaller card on this one: the searched gpu_memory_utilization is a fraction
+    # of a card of `emulate_memory_gib`, and `emulate_extra_gib` is memory the served model
+    # lacks beside the real one (e.g. a smaller vocabulary's embedding and lm_head), taken off
+    # the budget. `memory_gib` is then this card's total memory as vLLM sees it.
+    emulate_memory_gib: float | None = Field(default=None, gt=0)
+    emulate_extra_gib: float = Field(default=0.0, ge=0)
 
     @model_validator(mode="after")
     def _fits(self) -> GpuPart:
@@ -109,7 +115,56 @@ class GpuPart(BaseModel):
                 f"tensor_parallel_size ({self.tensor_parallel_size}) needs that many GPUs; "
                 f"count is {self.count}"
             )
+        if self.emulate_memory_gib is None:
+            if self.emulate_extra_gib:
+                raise ValueError("emulate_extra_gib needs emulate_memory_gib (the emulated card)")
+            return self
+        if self.cpu or self.memory_gib is None:
+            raise ValueError(
+                "emulate_memory_gib needs a GPU preset with memory_gib (this card's total GiB)"
+            )
+        if self.emulate_memory_gib > self.memory_gib:
+            raise ValueError(
+                f"emulate_memory_gib ({self.emulate_memory_gib}) must not exceed memory_gib "
+                f"({self.memory_gib}): a card can only emulate a smaller one"
+            )
         return self
+
+    def real_utilization(self, utilization: float) -> float:
+        """The fraction of this card that gives the emulated card's `utilization` budget.
+
+        vLLM gives a server `utilization x total memory` for weights, activations and KV cache.
+        On the emulated card that is `utilization x emulate_memory_gib`; the served model lacks
+        `emulate_extra_gib` that the real one would hold, so this card gets that much less:
+        `(utilization x emulate_memory_gib - emulate_extra_gib) / memory_gib`, rounded to 4
+        decimals (7 MiB on an H200). Without emulation: `utilization` itself.
+
+        Raises:
+            ConfigError: the emulated budget does not cover the memory the stand-in lacks.
+        """
+        if self.emulate_memory_gib is None or self.memory_gib is None:
+            return utilization
+        budget = utilization * self.emulate_memory_gib - self.emulate_extra_gib
+        if budget <= 0:
+            raise ConfigError(
+                f"gpu_memory_utilization {utilization} of the emulated {self.emulate_memory_gib} "
+                f"GiB card is {utilization * self.emulate_memory_gib:.2f} GiB, not more than "
+                f"gpu.emulate_extra_gib ({self.emulate_extra_gib}); raise the utilization"
+            )
+        return round(budget / self.memory_gib, 4)
+
+    def emulation_record(self, utilization: float) -> dict[str, float]:
+        """Both fractions and the arithmetic's inputs, as a trial stores them."""
+        emulated, real = self.emulate_memory_gib, self.memory_gib
+        if emulated is None or real is None:
+            raise ConfigError("this preset emulates no card (gpu.emulate_memory_gib is unset)")
+        return {
+            "emulated_memory_gib": emulated,
+            "real_memory_gib": real,
+            "extra_gib": self.emulate_extra_gib,
+            "gpu_memory_utilization_emulated": utilization,
+            "gpu_memory_utilization_real": self.real_utilization(utilization),
+        }
 
     @property
     def slots(self) -> int:
@@ -187,6 +242,9 @@ class Baseline(BaseModel):
     gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
     kv_cache_memory_bytes: PositiveInt | None = None
     max_num_seqs: PositiveInt | None = None
+    # Where the space searches the scheduler's token budget (a hybrid at the edge of its
+    # memory may only start with a small one), the baseline's; unset: the largest choice.
+    max_num_batched_tokens: PositiveInt | None = None
 
 
 class ConfirmPart(BaseModel):
@@ -238,13 +296,30 @@ class Preset(BaseModel):
                 f"({self.model.max_model_len}): every long task would fail; lower one or "
                 "raise the other"
             )
+        if self.gpu.emulate_memory_gib is not None:
+            searched = self.space.gpu_memory_utilization
+            if searched is None:
+                raise ValueError(
+                    "gpu.emulate_memory_gib needs space.gpu_memory_utilization: the emulated "
+                    "card's budget is a fraction of it"
+                )
+            lows = [searched.low]
+            if self.baseline.gpu_memory_utilization is not None:
+                lows.append(self.baseline.gpu_memory_utilization)
+            lowest = min(lows)
+            if lowest * self.gpu.emulate_memory_gib <= self.gpu.emulate_extra_gib:
+                raise ValueError(
+                    f"gpu_memory_utilization {lowest} of the emulated "
+                    f"{self.gpu.emulate_memory_gib} GiB card does not cover "
+                    f"gpu.emulate_extra_gib ({self.gpu.emulate_extra_gib} GiB)"
+                )
         if self.gpu.cpu and self.space.gpu_memory_utilization is not None:
             raise ValueError(
                 "a CPU preset searches kv_cache_memory_bytes, not gpu_memory_utilization"
             )
         # The baseline is trial 0 of the same search: Optuna refuses a queued categorical
         # value that is not among the choices (it failed the study's first trial).
-        for name in ("kv_cache_memory_bytes", "max_num_seqs"):
+        for name in ("kv_cache_memory_bytes", "max_num_seqs", "max_num_batched_tokens"):
             value, choices = getattr(self.baseline, name), getattr(self.space, name)
             if value is not None and choices is not None and value not in choices:
                 raise ValueError(
@@ -270,6 +345,10 @@ class Preset(BaseModel):
                 self.space.kv_cache_memory_bytes
             )
         params["max_num_seqs"] = self.baseline.max_num_seqs or max(self.space.max_num_seqs)
+        if self.space.max_num_batched_tokens is not None:
+            params["max_num_batched_tokens"] = self.baseline.max_num_batched_tokens or max(
+                self.space.max_num_batched_tokens
+            )
         return params
 
     def suggest(self, trial: optuna.Trial) -> dict[str, Any]:
@@ -321,6 +400,19 @@ class Preset(BaseModel):
             )
         return params
 
+    def launched_utilization(self, params: dict[str, Any]) -> float | None:
+        """The `--gpu-memory-utilization` a server gets for params (of this card, see
+        `GpuPart.real_utilization` when the preset emulates a smaller one)."""
+        searched = params.get("gpu_memory_utilization")
+        return None if searched is None else self.gpu.real_utilization(float(searched))
+
+    def emulation_record(self, params: dict[str, Any]) -> dict[str, float] | None:
+        """What a trial stores of the emulation (None without one or without a utilization)."""
+        searched = params.get("gpu_memory_utilization")
+        if self.gpu.emulate_memory_gib is None or searched is None:
+            return None
+        return self.gpu.emulation_record(float(searched))
+
     def server_spec(self, params: dict[str, Any], *, model_path: str) -> ServerSpec:
         """The server a set of params describes, with the preset's fixed parts."""
         method = params.get("method", "none")
@@ -341,7 +433,7 @@ class Preset(BaseModel):
             model=model_path,
             served_model_name=m.served_name,
             max_model_len=m.max_model_len,
-            gpu_memory_utilization=params.get("gpu_memory_utilization"),
+            gpu_memory_utilization=self.launched_utilization(params),
             kv_cache_memory_bytes=params.get("kv_cache_memory_bytes"),
             max_num_seqs=params.get("max_num_seqs"),
             max_num_batched_tokens=params.get("max_num_batched_tokens"),
