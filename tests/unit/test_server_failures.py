@@ -211,3 +211,24 @@ def test_record_carries_the_failure_for_storage() -> None:
     assert record.env == {"A": "1"}
     assert (record.started_at, record.ended_at) == (10.0, 12.5)
     assert record.log_path == "/logs/b.log"
+
+
+def test_no_cache_memory_carries_vllms_kv_budget() -> None:
+    # vLLM 0.26.0's two lines (vllm/v1/worker/gpu_worker.py's info line, then the ValueError of
+    # vllm/v1/core/kv_cache_utils.py), with the -10.34 GiB the issue 25 run logged at
+    # --max-num-seqs 512 on the 27B-shaped hybrid.
+    log = (
+        "(EngineCore pid=4242) INFO 12-01 03:58:01 [gpu_worker.py:561] Available KV cache "
+        "memory: -10.34 GiB\n"
+        "(EngineCore pid=4242) ERROR 12-01 03:58:01 [core.py:1020] ValueError: No available "
+        "memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
+        "initializing the engine (this flag also controls CPU memory reservation on the CPU "
+        "backend, despite its name). See "
+        "https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details.\n"
+    )
+    failure = classify(log, 1, False)
+    assert failure.kind is FailureKind.NO_CACHE_MEMORY
+    assert failure.infeasible
+    assert failure.details == {"available_kv_gib": -10.34}
+    assert failure.message.endswith("(vLLM: available KV cache memory -10.34 GiB)")
+    assert "Available KV cache memory: -10.34 GiB" in failure.excerpt

@@ -229,6 +229,20 @@ def _speculative_failure(text: str, lines: list[str]) -> tuple[str, str] | None:
     return None
 
 
+# vLLM's memory profile before the "No available memory" error (vllm/v1/worker/gpu_worker.py):
+# the KV budget left after weights, activations and CUDA graphs, negative when they do not fit.
+_KV_BUDGET = re.compile(r"Available KV cache memory: (-?[\d.]+) GiB")
+
+
+def _with_kv_budget(log_text: str, message: str, details: dict[str, Any]) -> str:
+    """vLLM's own number beside its message: how far the budget fell short."""
+    budgets = _KV_BUDGET.findall(log_text)
+    if not budgets:
+        return message
+    details["available_kv_gib"] = float(budgets[-1])
+    return f"{message} (vLLM: available KV cache memory {budgets[-1]} GiB)"
+
+
 def classify(
     log_text: str, exit_code: int | None, timed_out: bool, *, log_path: str = ""
 ) -> StartupFailure:
@@ -254,9 +268,12 @@ def classify(
             if value is not None
         }
         index = _find_line(lines, found.group(0)[:60])
+        message = found.group(0).strip()
+        if pattern.kind is FailureKind.NO_CACHE_MEMORY:
+            message = _with_kv_budget(log_text, message, details)
         return StartupFailure(
             kind=pattern.kind,
-            message=found.group(0).strip(),
+            message=message,
             details=details,
             excerpt=_lines_around(lines, index),
             log_path=log_path,
