@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -82,7 +83,14 @@ class TokenCounter:
         """
         if tokenizer is None:
             return cls.estimate()
-        return _load(str(tokenizer))
+        # One loader at a time: a trial preloads the tokenizer in a thread while its server
+        # starts, and a second thread importing transformers' lazy module meanwhile got
+        # "cannot import name 'AutoTokenizer'" (a fast-starting server, a loaded machine).
+        with _LOAD_LOCK:
+            return _load(str(tokenizer))
+
+
+_LOAD_LOCK = threading.Lock()
 
 
 @lru_cache(maxsize=4)
