@@ -49,6 +49,7 @@ _LOG_FACTS = {
     "max_concurrency": r"Maximum concurrency for [\d,]+ tokens per request: ([\d.]+)x",
     "attention_block_tokens": r"Setting attention block size to (\d+) tokens",
     "cuda_graphs_gib": r"Graph capturing finished in \d+ secs, took ([\d.]+) GiB",
+    "ready_at": r"INFO (\d\d-\d\d \d\d:\d\d:\d\d) \[api_server\.py:\d+\] Starting vLLM server",
 }
 
 
@@ -99,7 +100,15 @@ def summarise(storage: str, logs: Path) -> dict[str, Any]:
         row: dict[str, Any] = {"number": t.number, "state": t.state.name, "params": t.params}
         row.update({k: t.user_attrs[k] for k in _ATTRS if k in t.user_attrs})
         trials.append(row)
-    starts = [{"log": p.name, **log_facts(p.read_text(errors="replace"))} for p in log_files]
+    # The name's stamp (vllm-YYYYMMDD-HHMMSS-...) is when tuner launched the server.
+    starts = [
+        {
+            "log": p.name,
+            "launched_at": p.name.split("-")[2],
+            **log_facts(p.read_text("utf-8", "replace")),
+        }
+        for p in log_files
+    ]
     return {
         "study": studies[0],
         "study_attrs": {
