@@ -49,6 +49,7 @@ _LOG_FACTS = {
     "max_concurrency": r"Maximum concurrency for [\d,]+ tokens per request: ([\d.]+)x",
     "attention_block_tokens": r"Setting attention block size to (\d+) tokens",
     "cuda_graphs_gib": r"Graph capturing finished in \d+ secs, took ([\d.]+) GiB",
+    "cuda_graph_sizes": r"Profiling CUDA graph memory: ([^\n]*)",
     "ready_at": r"INFO (\d\d-\d\d \d\d:\d\d:\d\d) \[api_server\.py:\d+\] Starting vLLM server",
 }
 
@@ -68,10 +69,23 @@ def log_facts(text: str) -> dict[str, Any]:
         found = [_number(v) for v in re.findall(pattern, text)]
         if found:
             out[name] = found[0] if len(found) == 1 else found
+    warnings = re.findall(
+        r"WARNING [^\]]*\] ([^\n]*(?:speculative|[Aa]sync scheduling)[^\n]*)", text
+    )
+    if warnings:
+        out["speculation_warnings"] = sorted({w.strip()[:300] for w in warnings})
     spec = re.findall(r"SpecDecoding metrics: ([^\n]*)", text)
     if spec:
         out["spec_decoding_lines"] = len(spec)
         out["last_spec_decoding"] = spec[-1].strip().rstrip(",")
+    busy = re.findall(
+        r"INFO (\d\d-\d\d \d\d:\d\d:\d\d) [^\n]*Avg generation throughput: [\d.]+ tokens/s, "
+        r"Running: ([1-9]\d*) reqs",
+        text,
+    )
+    if busy:
+        out["requests_running_from"], out["requests_running_until"] = busy[0][0], busy[-1][0]
+        out["max_requests_running"] = max(int(n) for _, n in busy)
     gen = re.findall(r"Avg generation throughput: ([\d.]+) tokens/s, Running: (\d+) reqs", text)
     if gen:
         rates = [float(r) for r, running in gen if int(running) > 0]
