@@ -3,10 +3,11 @@ unit test in tests/unit/test_gpu_coverage.py; no GPU needed to import it).
 
 A method is covered when one of its trials served its workload and drafted, or, for MTP on a
 vLLM known to crash on hybrid models, when an MTP trial was recorded infeasible with vLLM's own
-root cause. vLLM 0.26.0's MTP on Gated DeltaNet hybrids dies at the first request under CUDA
-graphs (CUDA illegal memory access, surfacing as EngineDeadError), with or without
-`--no-async-scheduling`, on the tiny hybrid and on the 27B-shaped one (docs/gpu-validation.md);
-a test that waited for it to serve there could never pass.
+root cause. vLLM 0.26.0's MTP on Gated DeltaNet hybrids died at the first request under CUDA
+graphs on the tiny hybrid (CUDA illegal memory access, surfacing as EngineDeadError), with or
+without `--no-async-scheduling`; on the 27B-shaped one it served at 4 sequences
+(docs/gpu-validation.md). Either outcome is evidence; a test that demanded a served MTP trial
+on 0.26.0 could not pass with the tiny hybrid.
 """
 
 from __future__ import annotations
