@@ -312,6 +312,8 @@ def summary_lines(results: StudyResults) -> list[str]:
             )
         if v.changes_outputs:
             lines.append(f"#{v.trial.number} changes outputs, never exported: {v.correctness()}")
+            firsts = _divergence_words(v)
+            lines += [f"#{v.trial.number} first divergences: {firsts}"] if firsts else []
     drift = baseline_drift_line(results)
     lines += [drift] if drift else []
     lines += [f"Why {sentence}" for _, sentence in why_tables(results)]
@@ -324,6 +326,25 @@ def summary_lines(results: StudyResults) -> list[str]:
         t = choice.trial
         lines.append(f"Export: trial #{t.number} ({t.label}): {choice.reason}")
     return lines
+
+
+def _divergence_words(v: Verdict) -> str | None:
+    """Where the probe's answers first left the baseline's, prompt by prompt (at most 6)."""
+    check = v.outputs
+    if check is None or not check.divergences:
+        return None
+    words = [
+        f"prompt {d.prompt} at token {d.position} "
+        + (
+            f"({d.kind.replace('_', '-')}, margin {'>= ' if d.margin_is_bound else ''}"
+            f"{d.margin:.2f} nats)"
+            if d.margin is not None
+            else "(no log-probabilities)"
+        )
+        for d in check.divergences[:6]
+    ]
+    more = len(check.divergences) - len(words)
+    return "; ".join(words) + (f"; {more} more" if more > 0 else "")
 
 
 def baseline_drift_line(results: StudyResults) -> str | None:
