@@ -4,9 +4,10 @@ Phases of `run_workload`:
 
 1. Check the server answers (`/health`), read its KV block size from /metrics.
 2. Warm-up: the agents work the warm-up tasks (another seed; not scored) until all are done;
-   then shape sweeps (`warm_shapes`): every concurrency level the scored window will meet
-   (1..agents) at once, with prompts up to the workload's longest context, repeated until two
-   sweeps in a row run at the same rate (within `STEADY_TOLERANCE`), `MAX_SWEEPS` at most.
+   then (unless `warmup_tasks` is 0) shape sweeps (`warm_shapes`): every concurrency level
+   the scored window will meet (1..agents) at once, with prompts up to the workload's longest
+   context, repeated until two sweeps in a row run at the same rate (within
+   `STEADY_TOLERANCE`), `MAX_SWEEPS` at most.
    The first time a server meets a batch shape or a prompt length it pays for it (kernel
    selection and allocation on the CPU build, allocator growth, compile caches that fill as new
    shapes are met), so a scored window that met them first would measure the server's
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import logging
 import time
 import uuid
@@ -302,8 +304,10 @@ async def run_workload(
     warm = _Phase(deque(warm_jobs), clock_zero)
     stall = _StallWatch(settings.agents, settings.task_deadline_s)
     await _run_phase(ctx, warm, clock_zero, should_stop, None, stall=stall)
+    # `warmup_tasks: 0` means no warm-up at all, shape sweeps included.
     stopping = should_stop is not None and should_stop()
-    sweeps = WarmupSweeps() if stopping else await warm_shapes(ctx)
+    skip = stopping or settings.warmup_tasks == 0
+    sweeps = WarmupSweeps() if skip else await warm_shapes(ctx)
     _log.info(
         "warm-up: %.1f s (tasks and shape sweeps); sweep rates %s tokens/s%s",
         time.perf_counter() - clock_zero,
@@ -427,20 +431,33 @@ async def warm_shapes(ctx: AgentContext) -> WarmupSweeps:
             "model": ctx.model,
             "messages": messages,
             "max_tokens": WARM_OUTPUT_TOKENS,
+            "min_tokens": WARM_OUTPUT_TOKENS,
             "ignore_eos": True,
             "temperature": 0.0,
+            # Streamed, as the agents' requests are: the same serving path gets warm.
+            "stream": True,
+            "stream_options": {"include_usage": True},
         }
         try:
-            response = await ctx.client.post(ctx.chat_url, json=body)
+            async with ctx.client.stream("POST", ctx.chat_url, json=body) as response:
+                if response.status_code != 200:
+                    await response.aread()
+                    return 0, False
+                tokens = 0
+                async for line in response.aiter_lines():
+                    if line.startswith("data: {") and '"usage"' in line:
+                        usage = json.loads(line[len("data: ") :]).get("usage") or {}
+                        tokens = int(usage.get("prompt_tokens") or 0) + int(
+                            usage.get("completion_tokens") or 0
+                        )
         except httpx.TransportError as exc:
             raise WorkloadError(
                 f"the server at {ctx.chat_url} stopped answering in the warm-up: "
                 f"{type(exc).__name__}: {exc}"
             ) from exc
-        if response.status_code != 200:
-            return 0, False
-        usage = response.json().get("usage") or {}
-        return int(usage.get("total_tokens") or 0), True
+        except (ValueError, httpx.HTTPError):
+            return 0, False  # an answer it could not read: the warm-up is best effort
+        return tokens, True
 
     rates: list[float] = []
     refused = 0
