@@ -85,7 +85,18 @@ def main() -> int:
         default=None,
         help="append the record to this file (default benchmarks/data/repeatability-M-G.json)",
     )
+    parser.add_argument(
+        "--render", action="store_true", help="only rewrite docs/repeatability.md from the file"
+    )
     args = parser.parse_args()
+    path = (
+        Path(args.json)
+        if args.json
+        else ROOT / "benchmarks" / "data" / f"repeatability-{args.model}-{args.gpu}.json"
+    )
+    if args.render:
+        DOC.write_text(render(_records(path), path.name))
+        return 0
     machine = machine_record()
 
     preset = load_preset(model=args.model, gpu=args.gpu)
@@ -156,11 +167,6 @@ def main() -> int:
     figures["model"], figures["gpu"] = args.model, args.gpu
     for line in _lines(figures):
         print(line)
-    path = (
-        Path(args.json)
-        if args.json
-        else ROOT / "benchmarks" / "data" / f"repeatability-{args.model}-{args.gpu}.json"
-    )
     records = _records(path)
     records.append(figures)
     path.write_text(json.dumps(records, indent=2) + "\n")
@@ -323,7 +329,9 @@ def render(records: list[dict[str, Any]], source: str) -> str:
     for i, r in enumerate(records, 1):
         m = r.get("machine")
         cols.append(
-            f"run {i}: {m['recorded_at'][:16].replace('T', ' ')}" if m else f"run {i}: (older)"
+            f"run {i}: {m['recorded_at'][:16].replace('T', ' ')} UTC"
+            if m
+            else f"run {i}: recorded before machine records"
         )
     rows: list[tuple[str, list[str]]] = []
 
@@ -395,7 +403,7 @@ def render(records: list[dict[str, Any]], source: str) -> str:
     row(
         "probe: guard verdict on n-gram",
         lambda r: (
-            "; ".join(r["probe"].get("verdicts") or [r["probe"]["verdict"]])
+            _verdicts(r["probe"].get("verdicts") or [r["probe"]["verdict"]])
             if r.get("probe")
             else "-"
         ),
@@ -419,6 +427,13 @@ def render(records: list[dict[str, Any]], source: str) -> str:
     for name, cells in rows:
         out.append(f"| {name} | " + " | ".join(c.replace("|", "/") for c in cells) + " |")
     return "\n".join(out) + "\n"
+
+
+def _verdicts(verdicts: list[str]) -> str:
+    """The guard's verdict per n-gram round, identical ones said once."""
+    if len(set(verdicts)) == 1:
+        return f"{verdicts[0]} (all {len(verdicts)} rounds)" if len(verdicts) > 1 else verdicts[0]
+    return "; ".join(f"round {i}: {v}" for i, v in enumerate(verdicts, 1))
 
 
 def _fmt_list(values: list[float]) -> str:
