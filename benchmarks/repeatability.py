@@ -7,8 +7,17 @@ plain-throughput benchmark). It prints, from that one run:
 - per config, tasks/h of each run and their coefficient of variation (CV = stdev / mean);
 - the paired ratio B/A of each round and its CV (goal: at most 2% on the CPU preset), and the
   pooled paired estimate with its interval (`tuner.metrics.paired_ratio`);
-- the correctness probe: B's token match rate against A's first run, and the floor (A's later
-  starts against its first).
+- whether round 1 differs from the later rounds (per config, relative to their mean), and a
+  trend across rounds (`tuner.metrics.drift.detect_trend`: a monotone run of at least 5%);
+- the correctness probe: B's token match rate against A's first run, the floor (A's later
+  starts against its first), and the guard's first-divergence verdict on each B run;
+- the machine (CPU model and vector flags, cores, memory, vLLM version) and its load average
+  before and after every run: figures hold for the machine that measured them.
+
+It exits 1 when the paired ratio's CV is above 2% or a trend is found, saying which: a trend
+is a finding, never averaged away. Each run appends its record to
+benchmarks/data/repeatability-<model>-<gpu>.json (older records kept) and rewrites
+docs/repeatability.md, every recorded machine's figures side by side.
 
 With `--lock FILE` each server run takes that flock(2) lock, so a shared machine's other users
 get their turn between runs.
@@ -30,7 +39,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from _machine import load_average, machine_record
+
 from tuner.metrics import RunOutcomes, judge_outputs, match_rates, paired_ratio
+from tuner.metrics.drift import MIN_CHANGE, detect_trend, first_round_gap
 from tuner.models import prepare
 from tuner.settings import get_settings
 from tuner.study import load_preset
@@ -50,6 +62,11 @@ def _locked(path: str | None) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "repeatability.md"
+CV_GOAL = 0.02
+
+
 def _cv(values: list[float]) -> float:
     return statistics.stdev(values) / statistics.mean(values) if len(values) > 1 else 0.0
 
@@ -63,8 +80,24 @@ def main() -> int:
     parser.add_argument("--tasks", type=int, default=None, help="override the preset's tasks")
     parser.add_argument("--agents", type=int, default=None, help="override the preset's agents")
     parser.add_argument("--lock", default=None, help="flock this file around each server run")
-    parser.add_argument("--json", default=None, help="also write the figures to this file")
+    parser.add_argument(
+        "--json",
+        default=None,
+        help="append the record to this file (default benchmarks/data/repeatability-M-G.json)",
+    )
+    parser.add_argument(
+        "--render", action="store_true", help="only rewrite docs/repeatability.md from the file"
+    )
     args = parser.parse_args()
+    path = (
+        Path(args.json)
+        if args.json
+        else ROOT / "benchmarks" / "data" / f"repeatability-{args.model}-{args.gpu}.json"
+    )
+    if args.render:
+        DOC.write_text(render(_records(path), path.name))
+        return 0
+    machine = machine_record()
 
     preset = load_preset(model=args.model, gpu=args.gpu)
     update = {k: v for k, v in (("tasks", args.tasks), ("agents", args.agents)) if v}
@@ -91,6 +124,7 @@ def main() -> int:
     # The machine's 1-minute load average as each run starts: noise is the machine's as much
     # as the server's, so the figures say how quiet the machine was.
     loads: list[float] = []
+    loads_after: list[float] = []
     number = 0
     for round_ in range(args.rounds):
         for name, params in configs.items():
@@ -109,7 +143,9 @@ def main() -> int:
             with _locked(args.lock):
                 load_before = os.getloadavg()[0]
                 result = evaluate(request)
+                load_after = os.getloadavg()[0]
             loads.append(load_before)
+            loads_after.append(load_after)
             if result.workload is None or result.failure_kind:
                 print(f"round {round_} {name}: failed: {result.failure_reason}", file=sys.stderr)
                 return 1
@@ -118,17 +154,57 @@ def main() -> int:
             print(
                 f"round {round_} {name}: {w.tasks_per_hour:,.1f} tasks/h "
                 f"({w.successes}/{w.tasks} in {w.scored_wall_s:.1f} s), startup "
-                f"{result.startup_s:.1f} s, load average {load_before:.2f} at its start",
+                f"{result.startup_s:.1f} s, warm-up {_warmup_s(result):.1f} s, load average "
+                f"{load_before:.2f} at its start, {load_after:.2f} at its end",
                 flush=True,
             )
     figures = _figures(runs, preset.workload.model_dump(mode="json"))
     figures["configs"] = configs
     figures["load_average_at_start"] = [round(x, 2) for x in loads]
+    figures["load_average_at_end"] = [round(x, 2) for x in loads_after]
+    machine["load_average_after"] = load_average()
+    figures["machine"] = machine
+    figures["model"], figures["gpu"] = args.model, args.gpu
     for line in _lines(figures):
         print(line)
-    if args.json:
-        Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")
-    return 0
+    records = _records(path)
+    records.append(figures)
+    path.write_text(json.dumps(records, indent=2) + "\n")
+    DOC.write_text(render(records, path.name))
+    print(f"recorded in {path} and {DOC}")
+    failures = _failures(figures)
+    for line in failures:
+        print(f"FAIL: {line}")
+    return 1 if failures else 0
+
+
+def _records(path: Path) -> list[dict[str, Any]]:
+    """The file's records; a file holding one record (the first format) becomes a list of it."""
+    if not path.exists():
+        return []
+    data = json.loads(path.read_text())
+    return data if isinstance(data, list) else [data]
+
+
+def _warmup_s(result: TrialResult) -> float:
+    """Seconds from the warm-up's start to the scored window's first task."""
+    assert result.workload is not None
+    scored = [t.started_s for t in result.workload.task_records if not t.warmup]
+    return min(scored) if scored else 0.0
+
+
+def _failures(f: dict[str, Any]) -> list[str]:
+    """Why this run misses the repeatability goal, one line each; empty when it meets it."""
+    out = []
+    if f["cv_paired_ratio"] > CV_GOAL:
+        out.append(f"paired-ratio CV {f['cv_paired_ratio']:.1%} is above the {CV_GOAL:.0%} goal")
+    for name, trend in f.get("trends", {}).items():
+        if trend["direction"] is not None:
+            out.append(
+                f"{name} trends across rounds ({trend['direction']}, {trend['change']:+.1%} "
+                "over the rounds): rounds are not exchangeable on this machine"
+            )
+    return out
 
 
 def _outcomes(result: TrialResult) -> RunOutcomes:
@@ -150,6 +226,13 @@ def _figures(runs: dict[str, list[TrialResult]], workload: dict[str, Any]) -> di
         if pooled is None
         else {"ratio": pooled.ratio, "low": pooled.low, "high": pooled.high},
         "run_seconds": {k: [round(r.wall_s, 1) for r in v] for k, v in runs.items()},
+        "warmup_seconds": {k: [round(_warmup_s(r), 1) for r in v] for k, v in runs.items()},
+        "first_round_gap": {k: first_round_gap(v) for k, v in tph.items()},
+        "trends": {
+            "A tasks/h": detect_trend(tph["A"]).to_json(),
+            "B tasks/h": detect_trend(tph["B"]).to_json(),
+            "paired ratio": detect_trend(ratios).to_json(),
+        },
     }
     probes_a = [r.probe for r in runs["A"]]
     probes_b = [r.probe for r in runs["B"]]
@@ -161,23 +244,41 @@ def _figures(runs: dict[str, list[TrialResult]], workload: dict[str, Any]) -> di
             for m in [match_rates(first, p.outputs)]  # type: ignore[union-attr]
         ]
         ngram = [sum(m) / len(m) for p in probes_b for m in [match_rates(first, p.outputs)]]  # type: ignore[union-attr]
-        check = judge_outputs(first, probes_b[0].outputs, *(p.outputs for p in probes_a[1:]))  # type: ignore[union-attr]
+        restarts = [p.outputs for p in probes_a[1:]]  # type: ignore[union-attr]
+        checks = [judge_outputs(first, p.outputs, *restarts) for p in probes_b]  # type: ignore[union-attr]
         out["probe"] = {
             "prompts": len(first),
+            "in_flight": probes_a[0].in_flight,  # type: ignore[union-attr]
             "ngram_match": ngram,
             "floor_match": floor,
-            "verdict": check.describe(),
+            "verdict": checks[0].describe(),
+            "verdicts": [c.describe() for c in checks],
+            "flagged": [c.changes_outputs for c in checks],
+            "checks": [c.to_json() for c in checks],
         }
     return out
 
 
 def _lines(f: dict[str, Any]) -> list[str]:
     lines = [f"workload: {f['workload']}"]
+    m = f.get("machine")
+    if m:
+        lines.append(
+            f"machine: {m['cpu_model']} ({m['cpu_family_model']}), {m['cores']} cores, "
+            f"SIMD {' '.join(m['simd_flags']) or 'none listed'}, {m['memory_gib']} GiB, "
+            f"vLLM {m['vllm']}; load average {m['load_average']} before, "
+            f"{m['load_average_after']} after"
+        )
     if f.get("load_average_at_start"):
         loads = f["load_average_at_start"]
         lines.append(
-            f"machine: {os.cpu_count()} cores, 1-min load average "
-            f"{min(loads):.2f}-{max(loads):.2f} as the runs started"
+            f"1-min load average {min(loads):.2f}-{max(loads):.2f} as the runs started"
+            + (
+                f", {min(f['load_average_at_end']):.2f}-{max(f['load_average_at_end']):.2f} "
+                "as they ended"
+                if f.get("load_average_at_end")
+                else ""
+            )
         )
     for name in ("A", "B"):
         values = ", ".join(f"{v:,.1f}" for v in f["tasks_per_hour"][name])
@@ -192,6 +293,18 @@ def _lines(f: dict[str, Any]) -> list[str]:
     if f["pooled"]:
         p = f["pooled"]
         lines.append(f"pooled paired estimate: x{p['ratio']:.3f} [{p['low']:.3f}, {p['high']:.3f}]")
+    for name, gap in f.get("first_round_gap", {}).items():
+        if gap is not None:
+            lines.append(f"{name}: round 1 vs the mean of the later rounds {gap:+.1%}")
+    for name, t in f.get("trends", {}).items():
+        found = t["direction"] is not None
+        lines.append(
+            f"{name}: {'TREND ' + t['direction'] if found else 'no trend'} "
+            f"(change {t['change']:+.1%} over {t['rounds']} rounds; threshold {MIN_CHANGE:.0%})"
+        )
+    if f.get("warmup_seconds"):
+        w = f["warmup_seconds"]
+        lines.append(f"warm-up before each scored window (s): A {w['A']}, B {w['B']}")
     if "probe" in f:
         p = f["probe"]
         lines.append(
@@ -201,7 +314,139 @@ def _lines(f: dict[str, Any]) -> list[str]:
             + ", ".join(f"{x:.3f}" for x in p["floor_match"])
             + f"; {p['verdict']}"
         )
+        for i, verdict in enumerate(p.get("verdicts", [])[1:], 2):
+            lines.append(f"probe, n-gram round {i}: {verdict}")
     return lines
+
+
+def _fmt(values: list[float] | None, spec: str) -> str:
+    return ", ".join(format(v, spec) for v in values) if values else "-"
+
+
+def render(records: list[dict[str, Any]], source: str) -> str:
+    """docs/repeatability.md: every recorded run's figures side by side, one column each."""
+    cols = []
+    for i, r in enumerate(records, 1):
+        m = r.get("machine")
+        cols.append(
+            f"run {i}: {m['recorded_at'][:16].replace('T', ' ')} UTC"
+            if m
+            else f"run {i}: recorded before machine records"
+        )
+    rows: list[tuple[str, list[str]]] = []
+
+    def row(name: str, cell: Any) -> None:
+        rows.append((name, [cell(r) for r in records]))
+
+    def machine(key: str, fmt: Any = str) -> Any:
+        return lambda r: fmt(r["machine"][key]) if r.get("machine") else "not recorded"
+
+    row("CPU", machine("cpu_model"))
+    row("CPU family/model", machine("cpu_family_model"))
+    row("cores", machine("cores"))
+    row("vector flags", machine("simd_flags", lambda v: " ".join(v) or "-"))
+    row("vLLM", machine("vllm"))
+    row("load average before (1, 5, 15 min)", machine("load_average", _fmt_list))
+    row("load average after", machine("load_average_after", _fmt_list))
+    row(
+        "1-min load at each run's start",
+        lambda r: _fmt(r.get("load_average_at_start"), ".2f"),
+    )
+    row("workload", lambda r: ", ".join(f"{k} {v}" for k, v in r["workload"].items()))
+    row("A (baseline) tasks/h per round", lambda r: _fmt(r["tasks_per_hour"]["A"], ",.0f"))
+    row("B (n-gram) tasks/h per round", lambda r: _fmt(r["tasks_per_hour"]["B"], ",.0f"))
+    row("paired ratio B/A per round", lambda r: _fmt(r["paired_ratios"], ".3f"))
+    row("paired-ratio CV (goal <= 2%)", lambda r: f"{r['cv_paired_ratio']:.1%}")
+    row(
+        "tasks/h CV, A / B",
+        lambda r: f"{r['cv_tasks_per_hour']['A']:.1%} / {r['cv_tasks_per_hour']['B']:.1%}",
+    )
+    row(
+        "round 1 vs later rounds, A / B",
+        lambda r: " / ".join(
+            f"{g:+.1%}" if g is not None else "-"
+            for g in (
+                first_round_gap(r["tasks_per_hour"]["A"]),
+                first_round_gap(r["tasks_per_hour"]["B"]),
+            )
+        ),
+    )
+    row(
+        "trend across rounds (A, B, ratio)",
+        lambda r: "; ".join(
+            detect_trend(v).describe(n).removeprefix("trend: ")
+            if detect_trend(v).found
+            else f"{n}: none ({detect_trend(v).change:+.1%})"
+            for n, v in (
+                ("A", r["tasks_per_hour"]["A"]),
+                ("B", r["tasks_per_hour"]["B"]),
+                ("ratio", r["paired_ratios"]),
+            )
+        ),
+    )
+    row(
+        "warm-up before each window (s), A / B",
+        lambda r: (
+            f"{_fmt(r['warmup_seconds']['A'], '.0f')} / {_fmt(r['warmup_seconds']['B'], '.0f')}"
+            if r.get("warmup_seconds")
+            else "not recorded (warm-up tasks only)"
+        ),
+    )
+    row(
+        "probe: n-gram token match vs baseline",
+        lambda r: _fmt(r["probe"]["ngram_match"], ".2f") if r.get("probe") else "-",
+    )
+    row(
+        "probe: baseline floor",
+        lambda r: _fmt(r["probe"]["floor_match"], ".2f") if r.get("probe") else "-",
+    )
+    row(
+        "probe: guard verdict on n-gram",
+        lambda r: (
+            _verdicts(r["probe"].get("verdicts") or [r["probe"]["verdict"]])
+            if r.get("probe")
+            else "-"
+        ),
+    )
+    row(
+        "meets the goal (CV <= 2%, no trend)",
+        lambda r: "yes" if not _failures({**r, "trends": _trends(r)}) else "no",
+    )
+    out = [
+        "# Repeatability across machines",
+        "",
+        f"Written by `benchmarks/repeatability.py` from `benchmarks/data/{source}`; do not edit",
+        "by hand. Each column is one run of the script (A = baseline, B = n-gram, interleaved A B",
+        "A B A B, every run a fresh server start through `evaluate()`). Figures hold for the",
+        "machine that measured them: its CPU, its vector flags and its load are in the column.",
+        "Runs recorded before the script recorded machines say 'not recorded'.",
+        "",
+        "| | " + " | ".join(cols) + " |",
+        "|---|" + "---|" * len(cols),
+    ]
+    for name, cells in rows:
+        out.append(f"| {name} | " + " | ".join(c.replace("|", "/") for c in cells) + " |")
+    return "\n".join(out) + "\n"
+
+
+def _verdicts(verdicts: list[str]) -> str:
+    """The guard's verdict per n-gram round, identical ones said once."""
+    if len(set(verdicts)) == 1:
+        return f"{verdicts[0]} (all {len(verdicts)} rounds)" if len(verdicts) > 1 else verdicts[0]
+    return "; ".join(f"round {i}: {v}" for i, v in enumerate(verdicts, 1))
+
+
+def _fmt_list(values: list[float]) -> str:
+    return ", ".join(f"{v:.2f}" for v in values)
+
+
+def _trends(r: dict[str, Any]) -> dict[str, Any]:
+    """A record's trends (recomputed for records written before they were stored)."""
+    return r.get("trends") or {
+        "A tasks/h": detect_trend(r["tasks_per_hour"]["A"]).to_json(),
+        "B tasks/h": detect_trend(r["tasks_per_hour"]["B"]).to_json(),
+        "paired ratio": detect_trend(r["paired_ratios"]).to_json(),
+    }
 
 
 if __name__ == "__main__":

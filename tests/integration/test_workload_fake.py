@@ -144,3 +144,53 @@ def test_sync_runner_owns_its_client(stub_url: str) -> None:
     assert record.tasks == 4 and record.successes == 4
     assert record.spec_drafts and record.spec_drafts > 0
     assert record.prefix_cache_hit_ratio is not None and record.prefix_cache_hit_ratio > 0.5
+
+
+def _served(url: str) -> tuple[float, float]:
+    """(requests answered, output tokens) so far, from the fake's /metrics."""
+    values = {}
+    for line in httpx.get(f"{url}/metrics").text.splitlines():
+        if line.startswith(("vllm:request_success_total", "vllm:generation_tokens_total")):
+            values[line.split("{", 1)[0]] = float(line.rsplit(" ", 1)[1])
+    return values["vllm:request_success_total"], values["vllm:generation_tokens_total"]
+
+
+def test_warm_up_sweeps_every_concurrency_level_until_steady(stub_url: str) -> None:
+    import asyncio
+
+    from tuner.workload import TokenCounter
+    from tuner.workload.agent import AgentContext
+    from tuner.workload.runner import (
+        MAX_SWEEPS,
+        WARM_OUTPUT_TOKENS,
+        make_client,
+        warm_levels,
+        warm_shapes,
+    )
+
+    assert warm_levels(1) == [1] and warm_levels(3) == [1, 2, 3]
+    assert warm_levels(64) == [1, 2, 4, 8, 16, 32, 64]
+    assert warm_levels(12) == [1, 2, 4, 8, 12]
+    settings = WorkloadSettings(tasks=2, agents=3, tool_latency_s=0.0, shape=SuiteShape.cpu_small())
+
+    async def sweep() -> object:
+        async with make_client(settings) as client:
+            ctx = AgentContext(
+                client, f"{stub_url}/v1/chat/completions", "stub", settings,
+                TokenCounter.estimate(), 16,
+            )  # fmt: skip
+            return await warm_shapes(ctx)
+
+    before = _served(stub_url)
+    result = asyncio.run(sweep())
+    after = _served(stub_url)
+    rates = result.rates  # type: ignore[attr-defined]
+    assert 2 <= len(rates) <= MAX_SWEEPS and result.refused == 0  # type: ignore[attr-defined]
+    requests = after[0] - before[0]
+    assert requests == (1 + 2 + 3) * len(rates)  # levels 1, 2 and 3 in every sweep
+    assert after[1] - before[1] == requests * WARM_OUTPUT_TOKENS
+    # A scored run sweeps before its window: the fake served the sweeps' forced tokens first.
+    before = _served(stub_url)
+    record = run_workload_sync(stub_url, "stub", settings)
+    warm_tokens = _served(stub_url)[1] - before[1] - (record.generation_tokens or 0)
+    assert warm_tokens >= 2 * (1 + 2 + 3) * WARM_OUTPUT_TOKENS

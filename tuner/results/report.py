@@ -14,6 +14,7 @@ from rich.text import Text
 
 from tuner.attrs import ControlKind, Role
 from tuner.errors import StudyError
+from tuner.metrics.drift import detect_trend, first_round_gap
 from tuner.results.attribution import attribute
 from tuner.results.decision import Verdict, judge_study
 from tuner.results.export import choose_export
@@ -26,6 +27,7 @@ __all__ = [
     "NOT_MEASURED",
     "TEXT_COLUMNS",
     "ReportTable",
+    "baseline_drift_line",
     "config_table",
     "not_run_table",
     "report_markdown",
@@ -310,6 +312,10 @@ def summary_lines(results: StudyResults) -> list[str]:
             )
         if v.changes_outputs:
             lines.append(f"#{v.trial.number} changes outputs, never exported: {v.correctness()}")
+            firsts = _divergence_words(v)
+            lines += [f"#{v.trial.number} first divergences: {firsts}"] if firsts else []
+    drift = baseline_drift_line(results)
+    lines += [drift] if drift else []
     lines += [f"Why {sentence}" for _, sentence in why_tables(results)]
     lines += [f"Load: {line}" for line in load_lines(results.sweep)] if results.sweep else []
     try:
@@ -320,6 +326,51 @@ def summary_lines(results: StudyResults) -> list[str]:
         t = choice.trial
         lines.append(f"Export: trial #{t.number} ({t.label}): {choice.reason}")
     return lines
+
+
+def _divergence_words(v: Verdict) -> str | None:
+    """Where the probe's answers first left the baseline's, prompt by prompt (at most 6)."""
+    check = v.outputs
+    if check is None or not check.divergences:
+        return None
+    words = [
+        f"prompt {d.prompt} at token {d.position} "
+        + (
+            f"({d.kind.replace('_', '-')}, margin {'>= ' if d.margin_is_bound else ''}"
+            f"{d.margin:.2f} nats)"
+            if d.margin is not None
+            else "(no log-probabilities)"
+        )
+        for d in check.divergences[:6]
+    ]
+    more = len(check.divergences) - len(words)
+    return "; ".join(words) + (f"; {more} more" if more > 0 else "")
+
+
+def baseline_drift_line(results: StudyResults) -> str | None:
+    """The baseline's tasks/h over its fresh starts (search run, then confirmation rounds): a
+    trend is said, not averaged away (`tuner.metrics.drift`); None under 3 starts."""
+    base = results.baseline
+    if base is None:
+        return None
+    runs = [base, *results.confirm_runs(base.number)]
+    values = [t.tasks_per_hour for t in runs if t.tasks_per_hour is not None]
+    if len(values) < 3:
+        return None
+    trend = detect_trend(values)
+    gap = first_round_gap(values)
+    figures = ", ".join(f"{v:,.0f}" for v in values)
+    text = (
+        f"Drift: baseline #{base.number} over {len(values)} fresh starts ({figures} tasks/h): "
+        + trend.describe("baseline's tasks/h")
+        + ("" if gap is None else f"; start 1 vs the later starts {gap:+.1%}")
+    )
+    if trend.found:
+        text += (
+            "; starts on this machine are not exchangeable, so every figure of this study "
+            "carries the drift"
+        )
+    return text
 
 
 def _md_cell(text: str) -> str:

@@ -22,6 +22,18 @@ Mamba-block failure needs a GPU). Behaviour is chosen by environment variables:
 - `FAKE_VLLM_CHANGE_OUTPUTS=1`: a server started with `--speculative-config` answers greedy
   requests differently after the first word, as a lossy speculative config would (the
   correctness probe must flag it).
+- `FAKE_VLLM_FLIP_NEAR_TIES=1`: a server started with `--speculative-config` answers the
+  runner-up at the reply's near-tie (`NEAR_TIE_POSITION`, where the top two tokens are
+  `NEAR_TIE_MARGIN` nats apart) and goes its own way after it, as rounding that flips a near-tie
+  does (the probe must NOT flag it).
+- `FAKE_VLLM_CHANGE_CLEAR_TOKEN=1`: a server started with `--speculative-config` answers another
+  token at `CLEAR_POSITION`, where the top token leads by `CLEAR_MARGIN` nats, as a broken
+  speculative config would (the probe must flag it).
+
+Requests with `logprobs` get the top `top_logprobs` tokens per output word, the same for every
+prompt: the reply's own word first, then a runner-up `CLEAR_MARGIN` nats behind
+(`NEAR_TIE_MARGIN` at `NEAR_TIE_POSITION`); tokens are named "token_id:N" under
+`return_tokens_as_token_ids`.
 
 Non-streaming answers carry `token_ids` when the request sets `return_token_ids` (vLLM's
 field): one stable id per word.
@@ -45,7 +57,14 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-__all__ = ["MAMBA_MESSAGE", "main"]
+__all__ = [
+    "CLEAR_MARGIN",
+    "CLEAR_POSITION",
+    "MAMBA_MESSAGE",
+    "NEAR_TIE_MARGIN",
+    "NEAR_TIE_POSITION",
+    "main",
+]
 
 VERSION = "0.32.0"
 BLOCK_SIZE = 16
@@ -253,6 +272,7 @@ def _make_handler(state: _State) -> type[BaseHTTPRequestHandler]:
                 words = FIXED_REPLY.split()
                 if state.changes_outputs:
                     words = words[:1] + [f"changed{i}" for i in range(len(words) - 1)]
+                words = _tie_modes(state, words)
                 if max_tokens:
                     words = words[: int(max_tokens)]
             completion_tokens = len(words)
@@ -291,6 +311,8 @@ def _make_handler(state: _State) -> type[BaseHTTPRequestHandler]:
             }
             if body.get("return_token_ids"):
                 choice["token_ids"] = [_word_id(w) for w in words]
+            if body.get("logprobs"):
+                choice["logprobs"] = _logprobs(words, body)
             self._json(
                 200, {**common, "object": "chat.completion", "choices": [choice], "usage": usage}
             )
@@ -324,6 +346,52 @@ def _make_handler(state: _State) -> type[BaseHTTPRequestHandler]:
             self.wfile.flush()
 
     return Handler
+
+
+# The reply's log-probabilities (the same for every prompt): its word leads the runner-up by
+# CLEAR_MARGIN nats, except at NEAR_TIE_POSITION ("vLLM"), a near-tie. Both positions are past
+# the probe's "early" tokens, so only the margin tells the two modes apart.
+NEAR_TIE_POSITION = 4
+NEAR_TIE_MARGIN = 0.05
+CLEAR_POSITION = 5
+CLEAR_MARGIN = 6.0
+_TOP_LOGPROB = -0.05
+
+
+def _tie_modes(state: _State, words: list[str]) -> list[str]:
+    """FAKE_VLLM_FLIP_NEAR_TIES / FAKE_VLLM_CHANGE_CLEAR_TOKEN on a speculative server."""
+    if not state.args.speculative_config:
+        return words
+    if os.environ.get("FAKE_VLLM_FLIP_NEAR_TIES") == "1" and len(words) > NEAR_TIE_POSITION:
+        k = NEAR_TIE_POSITION
+        words = [*words[:k], f"alt{k}"] + [f"flipped{j}" for j in range(len(words) - k - 1)]
+    if os.environ.get("FAKE_VLLM_CHANGE_CLEAR_TOKEN") == "1" and len(words) > CLEAR_POSITION:
+        words = [*words[:CLEAR_POSITION], f"alt{CLEAR_POSITION}", *words[CLEAR_POSITION + 1 :]]
+    return words
+
+
+def _logprobs(words: list[str], body: dict[str, Any]) -> dict[str, Any]:
+    """OpenAI chat `logprobs` for `words`: each word top, then its runner-up, then another."""
+    k = max(1, int(body.get("top_logprobs") or 1))
+    as_ids = bool(body.get("return_tokens_as_token_ids"))
+    reply = FIXED_REPLY.split()
+
+    def entry(word: str, logprob: float) -> dict[str, Any]:
+        token = f"token_id:{_word_id(word)}" if as_ids else word
+        return {"token": token, "logprob": logprob, "bytes": list(token.encode())}
+
+    content = []
+    for i, word in enumerate(words):
+        margin = NEAR_TIE_MARGIN if i == NEAR_TIE_POSITION else CLEAR_MARGIN
+        # The reply's own word is the runner-up wherever this answer left it.
+        runner = reply[i] if i < len(reply) and word != reply[i] else f"alt{i}"
+        top = [
+            entry(word, _TOP_LOGPROB),
+            entry(runner, _TOP_LOGPROB - margin),
+            entry(f"other{i}", _TOP_LOGPROB - margin - 1.0),
+        ][:k]
+        content.append({**entry(word, _TOP_LOGPROB), "top_logprobs": top})
+    return {"content": content}
 
 
 def _word_id(word: str) -> int:

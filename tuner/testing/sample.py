@@ -39,6 +39,8 @@ __all__ = ["SAMPLE_MODEL", "SampleScore", "write_sample_study"]
 
 SAMPLE_MODEL = "/models/SmolLM2 135M"  # a space on purpose: quoting must survive it
 _KV_BYTES = 2_000_000_000
+# A probe given to `write_sample_study`: token ids per prompt, or a whole stored probe.
+ProbeData = list[list[int]] | dict[str, Any]
 _DISTRIBUTIONS = {
     "method": CategoricalDistribution(["none", "ngram", "mtp"]),
     "num_speculative_tokens": IntDistribution(1, 5),
@@ -151,7 +153,7 @@ def write_sample_study(
     baseline: SampleScore = SampleScore(752.0, 730.0, 770.0),
     ngram_task_s: tuple[float, float, float] = (9.0, 10.0, 11.0),
     confirm: tuple[tuple[float, float], ...] = (),
-    probes: Mapping[str, list[list[int]]] | None = None,
+    probes: Mapping[str, ProbeData] | None = None,
     mode: str = "replay",
 ) -> str:
     """Write the sample study into `url` and return its name.
@@ -165,7 +167,8 @@ def write_sample_study(
         ngram_task_s: Seconds of n-gram's 3 scored tasks (the baseline's are 10 each): their
             spread is what the paired comparison's interval sees.
         confirm: Confirmation rounds as (baseline tasks/h, n-gram tasks/h).
-        probes: Greedy probe answers: "baseline", "ngram", "baseline2" (a second start).
+        probes: Greedy probe answers: "baseline", "ngram", "baseline2" (a second start); each
+            the answers' token ids, or a whole stored probe (`ProbeResult.to_json()`).
         mode: The workload mode recorded on the study.
     """
     probes = probes or {}
@@ -351,7 +354,10 @@ def write_sample_study(
     return study_name
 
 
-def _probe(probes: Mapping[str, list[list[int]]], key: str) -> dict[str, object]:
+def _probe(probes: Mapping[str, ProbeData], key: str) -> dict[str, object]:
     if key not in probes:
         return {}
-    return {TrialAttr.PROBE: {"outputs": probes[key], "max_tokens": 32, "wall_s": 1.0}}
+    data = probes[key]
+    if isinstance(data, dict):  # a whole stored probe (ProbeResult.to_json), log-probs and all
+        return {TrialAttr.PROBE: data}
+    return {TrialAttr.PROBE: {"outputs": data, "max_tokens": 32, "wall_s": 1.0}}

@@ -3,7 +3,15 @@
 Phases of `run_workload`:
 
 1. Check the server answers (`/health`), read its KV block size from /metrics.
-2. Warm-up: the agents work the warm-up tasks (another seed; not scored) until all are done.
+2. Warm-up: the agents work the warm-up tasks (another seed; not scored) until all are done;
+   then (unless `warmup_tasks` is 0) shape sweeps (`warm_shapes`): every concurrency level
+   the scored window will meet (1..agents) at once, with prompts up to the workload's longest
+   context, repeated until two sweeps in a row run at the same rate (within
+   `STEADY_TOLERANCE`), `MAX_SWEEPS` at most.
+   The first time a server meets a batch shape or a prompt length it pays for it (kernel
+   selection and allocation on the CPU build, allocator growth, compile caches that fill as new
+   shapes are met), so a scored window that met them first would measure the server's
+   first contact as much as the config, and unequally between configs and rounds.
 3. Scored window: scrape /metrics, start the energy meter and the clock; the agents pull the
    scored tasks in fixed order, one task at a time each (closed loop); `should_stop()` is asked
    before every task, and a True ends the window early with what was measured.
@@ -14,7 +22,10 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
+import logging
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,13 +46,18 @@ from tuner.workload.tasks import Task, build_task_set, task_set_hash
 from tuner.workload.tokens import TokenCounter
 
 __all__ = [
+    "MAX_SWEEPS",
+    "STEADY_TOLERANCE",
     "RunProgress",
+    "WarmupSweeps",
     "failed_tasks",
     "make_client",
     "normalise_base_url",
     "run_workload",
     "run_workload_sync",
 ]
+
+_log = logging.getLogger(__name__)
 
 DEFAULT_BLOCK_SIZE = 16  # vLLM's GPU default when the server does not say
 
@@ -288,6 +304,16 @@ async def run_workload(
     warm = _Phase(deque(warm_jobs), clock_zero)
     stall = _StallWatch(settings.agents, settings.task_deadline_s)
     await _run_phase(ctx, warm, clock_zero, should_stop, None, stall=stall)
+    # `warmup_tasks: 0` means no warm-up at all, shape sweeps included.
+    stopping = should_stop is not None and should_stop()
+    skip = stopping or settings.warmup_tasks == 0
+    sweeps = WarmupSweeps() if skip else await warm_shapes(ctx)
+    _log.info(
+        "warm-up: %.1f s (tasks and shape sweeps); sweep rates %s tokens/s%s",
+        time.perf_counter() - clock_zero,
+        list(sweeps.rates),
+        "" if sweeps.steady or not sweeps.rates else " (not steady: the sweep limit was reached)",
+    )
 
     before = await scrape_metrics(client, base_url)
     if energy is not None:
@@ -328,6 +354,124 @@ async def run_workload(
         counters=counter_deltas(before, after),
         gpu_memory_used_mib=memory_mib,
     )
+
+
+# Shape sweeps after the warm-up tasks: at least 2 (to see a steady rate), at most MAX_SWEEPS;
+# they stop once a sweep's token rate is within STEADY_TOLERANCE of the one before. Each sweep
+# sends 1 + 2 + ... + levels requests of WARM_OUTPUT_TOKENS output tokens; on the CPU preset
+# (2 agents, contexts under 3k tokens) a sweep is 3 requests, a few seconds.
+MAX_SWEEPS = 3
+STEADY_TOLERANCE = 0.10
+WARM_OUTPUT_TOKENS = 16
+# Beyond this many agents the levels are the powers of two and `agents` itself (batch shapes
+# a GPU build captures are of that kind), so a 64-agent warm-up stays 7 levels.
+_ALL_LEVELS_UP_TO = 8
+_FILLER = "Warm-up text to reach the workload's prompt lengths; it is never scored. "
+
+
+@dataclass(frozen=True)
+class WarmupSweeps:
+    """What the shape sweeps did: tokens per second of each sweep, and refusals."""
+
+    rates: tuple[float, ...] = ()
+    refused: int = 0
+
+    @property
+    def steady(self) -> bool:
+        """True when the last two sweeps ran within `STEADY_TOLERANCE` of each other."""
+        return len(self.rates) >= 2 and _close(self.rates[-2], self.rates[-1])
+
+
+def _close(a: float, b: float) -> bool:
+    return a > 0 and abs(b - a) / a <= STEADY_TOLERANCE
+
+
+def warm_levels(agents: int) -> list[int]:
+    """The concurrency levels a warm-up sweep covers: 1..agents (powers of two beyond 8)."""
+    if agents <= _ALL_LEVELS_UP_TO:
+        return list(range(1, agents + 1))
+    levels = [1 << i for i in range(agents.bit_length()) if 1 << i < agents]
+    return [*levels, agents]
+
+
+def _filler(counter: TokenCounter, tokens: int) -> str:
+    """Text of about `tokens` tokens (never more) under `counter`."""
+    per = max(1, counter.count(_FILLER))
+    text = _FILLER * max(1, tokens // per)
+    while len(text) > len(_FILLER) and counter.count(text) > tokens:
+        text = text[: -len(_FILLER)]
+    return text
+
+
+async def warm_shapes(ctx: AgentContext) -> WarmupSweeps:
+    """Shape sweeps until the server runs at a steady rate (see the module docstring).
+
+    Each level c sends c requests at once whose prompts spread from 1/c of the workload's
+    longest context up to all of it, each with a fresh first line (no prefix-cache hit), and
+    `WARM_OUTPUT_TOKENS` forced output tokens. A refused request (e.g. a prompt beyond this
+    server's limit) is counted, not raised: the warm-up is best effort.
+
+    Raises:
+        WorkloadError: The server stopped answering.
+    """
+    settings = ctx.settings
+    longest = max(64, settings.shape.max_context_tokens - WARM_OUTPUT_TOKENS - 64)
+    levels = warm_levels(settings.agents)
+
+    async def one(tokens: int) -> tuple[int, bool]:
+        messages = [
+            {
+                "role": "system",
+                "content": f"Session {uuid.uuid4().hex}.\n" + _filler(ctx.counter, tokens),
+            },
+            {"role": "user", "content": "Continue."},
+        ]
+        body = {
+            **settings.request_options,
+            "model": ctx.model,
+            "messages": messages,
+            "max_tokens": WARM_OUTPUT_TOKENS,
+            "min_tokens": WARM_OUTPUT_TOKENS,
+            "ignore_eos": True,
+            "temperature": 0.0,
+            # Streamed, as the agents' requests are: the same serving path gets warm.
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        try:
+            async with ctx.client.stream("POST", ctx.chat_url, json=body) as response:
+                if response.status_code != 200:
+                    await response.aread()
+                    return 0, False
+                tokens = 0
+                async for line in response.aiter_lines():
+                    if line.startswith("data: {") and '"usage"' in line:
+                        usage = json.loads(line[len("data: ") :]).get("usage") or {}
+                        tokens = int(usage.get("prompt_tokens") or 0) + int(
+                            usage.get("completion_tokens") or 0
+                        )
+        except httpx.TransportError as exc:
+            raise WorkloadError(
+                f"the server at {ctx.chat_url} stopped answering in the warm-up: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        except (ValueError, httpx.HTTPError):
+            return 0, False  # an answer it could not read: the warm-up is best effort
+        return tokens, True
+
+    rates: list[float] = []
+    refused = 0
+    for _ in range(MAX_SWEEPS):
+        t0 = time.perf_counter()
+        tokens = 0
+        for c in levels:
+            answers = await asyncio.gather(*(one(longest * (j + 1) // c) for j in range(c)))
+            tokens += sum(n for n, _ in answers)
+            refused += sum(1 for _, ok in answers if not ok)
+        rates.append(tokens / max(time.perf_counter() - t0, 1e-9))
+        if len(rates) >= 2 and _close(rates[-2], rates[-1]):
+            break
+    return WarmupSweeps(tuple(round(r, 1) for r in rates), refused)
 
 
 def failed_tasks(record: WorkloadRecord, *, limit: int = 10) -> list[tuple[str, str]]:
