@@ -310,6 +310,10 @@ def summary_lines(results: StudyResults) -> list[str]:
             )
         if v.changes_outputs:
             lines.append(f"#{v.trial.number} changes outputs, never exported: {v.correctness()}")
+        problems = v.problems()
+        if problems:
+            never = ", never exported" if v.unreliable else ""
+            lines.append(f"#{v.trial.number}{never}: {problems}")
     lines += [f"Why {sentence}" for _, sentence in why_tables(results)]
     lines += [f"Load: {line}" for line in load_lines(results.sweep)] if results.sweep else []
     try:
