@@ -142,7 +142,12 @@ def _confirm_and_print(options: Any, plan: Any) -> None:
     if plan.enabled:
         console.print(
             f"confirmation: the top {plan.k} candidates and the baseline, {plan.rounds} more "
-            "fresh starts each, interleaved"
+            "fresh starts each, interleaved (the baseline's first is the correctness floor)"
+        )
+    else:
+        console.print(
+            "no confirmation; one more start of the baseline for the correctness floor "
+            "(export will say unconfirmed)"
         )
     result = confirm_study(options, plan)
     if not plan.enabled:
@@ -151,6 +156,9 @@ def _confirm_and_print(options: Any, plan: Any) -> None:
     for column in ("trial", "config", "search tasks/h", "confirmed tasks/h", "paired", "outputs"):
         table.add_column(column)
     for number, v in result.verdicts.items():
+        failed = v.get("failed_confirmation_starts") or []
+        if failed:
+            console.print(f"#{number}: a confirmation start failed, not exported: {failed[0]}")
         if not v["confirmation_runs"]:
             continue
         table.add_row(
