@@ -214,7 +214,7 @@ def test_report_shows_search_time_and_confirmed_values(tmp_path: Path) -> None:
         "900 vs 855 (2 runs, 850-860)",
     ]
     assert (
-        "over 2 rounds of 3 tasks (interval over the rounds"
+        "over 2 rounds of 3 tasks; interval over the rounds"
         in table.column("paired vs baseline")[1]
     )
     lines = summary_lines(results)

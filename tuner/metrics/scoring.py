@@ -363,17 +363,12 @@ class PairedEstimate:
         """e.g. "x1.12 [1.05, 1.19] over 3 rounds of 12 tasks (...between-run...)"."""
         rounds = f"{self.rounds} round{'s' if self.rounds != 1 else ''}"
         interval = f"[{self.low:.3f}, {self.high:.3f}]"
+        sd = f"run-to-run sd {self.noise.log_sd:.3f} of the log ratio, from repeated starts"
         if self.rounds == 1:
-            how = (
-                f"one round: the interval is the between-run term, run-to-run sd "
-                f"{self.noise.log_sd:.3f} of the log ratio measured from repeated starts"
-            )
+            how = f"one round, so the interval is the between-run term: {sd}"
         else:
-            how = (
-                "interval over the rounds' paired ratios, including the between-run term "
-                f"(recorded run-to-run sd {self.noise.log_sd:.3f} of the log ratio)"
-            )
-        return f"x{self.ratio:.3f} {interval} over {rounds} of {self.tasks} tasks ({how})"
+            how = f"interval over the rounds, with the between-run term: {sd}"
+        return f"x{self.ratio:.3f} {interval} over {rounds} of {self.tasks} tasks; {how}"
 
 
 def paired_ratio(

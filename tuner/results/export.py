@@ -100,11 +100,9 @@ def _evidence(v: Verdict) -> str:
     if v.paired is None:
         return v.problems() or "no paired measurement with the baseline"
     where = (
-        "confirmation rounds, paired round by round"
-        if v.confirmed
-        else "its one search-time run paired with the baseline's: unconfirmed"
+        "on its confirmation rounds" if v.confirmed else "on its one search-time run (unconfirmed)"
     )
-    text = f"paired tasks/h ratio to the baseline {v.paired.describe()} ({where})"
+    text = f"paired tasks/h ratio to the baseline {where}: {v.paired.describe()}"
     problems = v.problems()
     return f"{text}; {problems}" if problems else text
 
