@@ -294,6 +294,7 @@ def run_scenario(
     noise: BetweenRunNoise = DEFAULT_NOISE,
     noise_scale: float = 1.0,
     legacy: bool = True,
+    power: bool = True,
 ) -> dict[str, Any]:
     """False-win rate (A/A) and power (+10%) of both rules over `studies` studies each."""
     base = load_recorded()
@@ -314,7 +315,7 @@ def run_scenario(
         aa = simulate_study(rec, rng, speeds=[1.0] * n, plan=scenario.plan, noise=noise, seed=s)
         aa_new += aa.new is not None
         aa_old += aa.old is not None
-        if n > 1 or scenario.plan.enabled:
+        if power and (n > 1 or scenario.plan.enabled):
             gain = [TRUE_GAIN] + [1.0] * (n - 1)
             pw = simulate_study(rec, rng, speeds=gain, plan=scenario.plan, noise=noise, seed=s)
             hit_new += pw.new == 1
@@ -356,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-write", action="store_true", help="Print only.")
     args = parser.parse_args(argv)
-    t0 = time.monotonic()
+    t0, cpu0 = time.monotonic(), time.process_time()
     rec = load_recorded()
     derived = rec.noise()
     rows = [run_scenario(s, args.studies, seed=args.seed) for s in SCENARIOS]
@@ -364,13 +365,14 @@ def main(argv: list[str] | None = None) -> int:
     rows.append(
         run_scenario(SCENARIOS[0], args.studies, seed=args.seed, noise_scale=1.5, legacy=False)
     )
-    seconds = time.monotonic() - t0
+    seconds, cpu = time.monotonic() - t0, time.process_time() - cpu0
     goal = rows[0]["new"]
     data = {
         "command": "python benchmarks/decision_sim.py"
         + (f" --studies {args.studies}" if args.studies != 2000 else ""),
         "seed": args.seed,
         "seconds": round(seconds, 1),
+        "cpu_seconds": round(cpu, 1),
         "recorded": {
             "files": [str(GRID.relative_to(ROOT)), str(REPEATABILITY.relative_to(ROOT))],
             "run_sd_log_tasks_per_hour": round(rec.run_sd, 4),
@@ -392,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(table))
     print(
         f"default stage, new rule: false wins {_pct(goal['false_win'])} (goal <= 5%), "
-        f"power {_pct(goal['power'])} (goal >= 80%); {seconds:.0f} s"
+        f"power {_pct(goal['power'])} (goal >= 80%); {seconds:.0f} s, {cpu:.0f} s of CPU"
     )
     print(
         f"derived between-run noise: sd {derived.log_sd} of a round's log ratio over "
@@ -411,7 +413,8 @@ def _markdown(table: list[str], data: dict[str, Any]) -> str:
         [
             "# Decision simulation: false wins and power, old rule vs new",
             "",
-            f"Written by `{data['command']}` (seed {data['seed']}, {data['seconds']} s); do not "
+            f"Written by `{data['command']}` (seed {data['seed']}, {data['seconds']} s, "
+            f"{data['cpu_seconds']} s of CPU on a shared 2-core box); do not "
             "edit by hand. How a study is simulated, and from which recorded runs, is the "
             "docstring of `benchmarks/decision_sim.py`; why the rule changed is in "
             "docs/decisions.md.",

@@ -33,7 +33,7 @@ def test_default_stage_meets_the_goals() -> None:
 
 def test_without_confirmation_identical_configs_do_not_win() -> None:
     # --confirm 0: five one-round comparisons, Holm-corrected, with the between-run term.
-    row = run_scenario(SCENARIOS[2], 200, seed=2, legacy=False)
+    row = run_scenario(SCENARIOS[2], 200, seed=2, legacy=False, power=False)
     assert row["new"]["false_win"] <= GOAL_FALSE_WIN, row
 
 
