@@ -29,7 +29,7 @@ from tuner.metrics import (
     two_proportion_drop,
 )
 from tuner.metrics.legacy import legacy_paired_ratio
-from tuner.metrics.scoring import student_t_cdf, student_t_quantile
+from tuner.metrics.scoring import f_sf, noise_for_study, student_t_cdf, student_t_quantile
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from decision_sim import load_recorded, simulated_run
@@ -122,6 +122,19 @@ def test_makespan_runs_agents_at_once() -> None:
     serial_low, _ = bootstrap_tasks_per_hour(outcomes, seconds, 100.0, agents=1)
     parallel_low, _ = bootstrap_tasks_per_hour(outcomes, seconds, 100.0, agents=2)
     assert parallel_low > 1.3 * serial_low
+
+
+def test_a_noisier_machine_overrides_the_recorded_noise() -> None:
+    # Two baseline starts 1% apart fit the recorded noise; 44% apart (the loaded 2-core box of
+    # the A/A study) do not, and the study's own spread is used, with its 1 df.
+    assert noise_for_study(DEFAULT_NOISE, [530.0, 535.0]) is DEFAULT_NOISE
+    assert noise_for_study(DEFAULT_NOISE, [530.0]) is DEFAULT_NOISE
+    own = noise_for_study(DEFAULT_NOISE, [217.7, 313.1])
+    assert own.df == 1 and own.log_sd == pytest.approx(math.log(313.1 / 217.7))
+    assert own.source.startswith("this study's 2 baseline starts")
+    f = (math.log(313.1 / 217.7) / DEFAULT_NOISE.log_sd) ** 2
+    assert f_sf(f, 1, DEFAULT_NOISE.df) == pytest.approx(stats.f.sf(f, 1, DEFAULT_NOISE.df))
+    assert f_sf(0.7, 3, 11) == pytest.approx(stats.f.sf(0.7, 3, 11))
 
 
 def test_holm_steps_down() -> None:

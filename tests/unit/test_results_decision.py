@@ -67,6 +67,27 @@ def test_unconfirmed_wins_need_holm_and_the_between_run_term(tmp_path: Path) -> 
     assert json.loads(render_export(choice, "json"))["confirmed"] is False
 
 
+def test_baseline_starts_that_disagree_widen_an_unconfirmed_verdict(tmp_path: Path) -> None:
+    # n-gram's search run is x1.20 the baseline's: a win against the recorded noise. But the
+    # baseline's second start (the floor) ran 46% faster than its first: this machine drifts
+    # far more than the recorded noise, so one search-time pair proves nothing.
+    results = load_results(_url(tmp_path, "drift", ngram=SampleScore(900, 850, 950)))
+    base = results.trials[0]
+    assert choose_export(results).trial.number == 1
+    floor = replace(
+        base,
+        number=99,
+        role="confirm",
+        confirm_of=0,
+        confirm_round=0,
+        tasks_per_hour=1100.0,
+        value=1100.0,
+    )
+    choice = choose_export(replace(results, trials=(*results.trials, floor)))
+    assert choice.trial.number == 0 and not choice.confirmed
+    assert "this study's 2 baseline starts, beyond the recorded 0.034" in choice.reason
+
+
 def test_a_failed_confirmation_start_counts_against_its_config(tmp_path: Path) -> None:
     # n-gram is faster in every round it ran, but its round-1 start failed: a config that
     # cannot start reliably is not exported (the old rule dropped the failed start and

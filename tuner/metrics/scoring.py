@@ -36,8 +36,10 @@ __all__ = [
     "RunOutcomes",
     "Score",
     "bootstrap_tasks_per_hour",
+    "f_sf",
     "holm",
     "makespan",
+    "noise_for_study",
     "paired_ratio",
     "percentile",
     "score_tasks",
@@ -292,6 +294,83 @@ DEFAULT_NOISE = BetweenRunNoise(
 )
 
 
+def _betacf(a: float, b: float, x: float) -> float:
+    # Continued fraction of the regularized incomplete beta (Lentz's method).
+    tiny, qab, qap, qam = 1e-300, a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 300):
+        m2 = 2 * m
+        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c if abs(1.0 + aa / c) > tiny else tiny
+        h *= d * c
+        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c if abs(1.0 + aa / c) > tiny else tiny
+        step = d * c
+        h *= step
+        if abs(step - 1.0) < 1e-12:
+            break
+    return h
+
+
+def _betai(a: float, b: float, x: float) -> float:
+    """The regularized incomplete beta I_x(a, b)."""
+    if x <= 0:
+        return 0.0
+    if x >= 1:
+        return 1.0
+    front = math.exp(
+        math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    )
+    if x < (a + 1) / (a + b + 2):
+        return front * _betacf(a, b, x) / a
+    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
+
+
+def f_sf(f: float, d1: int, d2: int) -> float:
+    """P(F > f) for Fisher's F with (d1, d2) degrees of freedom."""
+    if f <= 0:
+        return 1.0
+    return _betai(d2 / 2, d1 / 2, d2 / (d2 + d1 * f))
+
+
+# A study's own baseline starts override the recorded noise when they are this unlikely under it.
+NOISE_CHECK_ALPHA = 0.01
+
+
+def noise_for_study(
+    recorded: BetweenRunNoise, baseline_tph: Sequence[float], *, alpha: float = NOISE_CHECK_ALPHA
+) -> BetweenRunNoise:
+    """The recorded between-run noise, unless this study's own baseline starts show a noisier
+    machine.
+
+    Two fresh starts of the baseline at different times differ in log tasks/h with the same
+    variance as a round's paired log ratio of runs at different times, so m baseline starts
+    estimate it (twice their sample variance of log tasks/h, m - 1 df). When that estimate
+    is above the recorded one beyond chance (one-sided F-test at `alpha`), the recorded noise
+    does not describe this machine (a busier box, another card) and the study's own is used.
+    """
+    logs = [math.log(v) for v in baseline_tph if v > 0]
+    m = len(logs)
+    if m < 2:
+        return recorded
+    mean = sum(logs) / m
+    own = 2 * sum((x - mean) ** 2 for x in logs) / (m - 1)
+    if f_sf(own / recorded.log_sd**2, m - 1, recorded.df) >= alpha:
+        return recorded
+    return BetweenRunNoise(
+        math.sqrt(own),
+        m - 1,
+        f"this study's {m} baseline starts, beyond the recorded {recorded.log_sd:.3f} "
+        f"(F-test p < {alpha:g})",
+    )
+
+
 def student_t_cdf(t: float, df: int) -> float:
     """P(T <= t) for Student's t with integer `df` >= 1 (closed form, Abramowitz-Stegun 26.7)."""
     if df < 1:
@@ -363,7 +442,12 @@ class PairedEstimate:
         """e.g. "x1.12 [1.05, 1.19] over 3 rounds of 12 tasks (...between-run...)"."""
         rounds = f"{self.rounds} round{'s' if self.rounds != 1 else ''}"
         interval = f"[{self.low:.3f}, {self.high:.3f}]"
-        sd = f"run-to-run sd {self.noise.log_sd:.3f} of the log ratio, from repeated starts"
+        where = (
+            self.noise.source
+            if self.noise.source.startswith("this study")
+            else "from repeated starts"
+        )
+        sd = f"run-to-run sd {self.noise.log_sd:.3f} of the log ratio, {where}"
         if self.rounds == 1:
             how = f"one round, so the interval is the between-run term: {sd}"
         else:

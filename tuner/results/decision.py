@@ -8,7 +8,10 @@ search-time run, picked for being high, is left out. A round whose baseline run 
 not paired, and is named (`Verdict.missing_base_rounds`); a confirmation start of the config
 that failed counts against it (`Verdict.failed_runs`: such a config is never exported). A
 config without confirmation runs is judged on its one search-time run paired with the
-baseline's: one round, so its interval is the between-run term.
+baseline's: one round, so its interval is the between-run term. For such a pair that term is
+the recorded noise unless the study's own baseline starts show a noisier machine
+(`study_noise`): on a 2-core box whose load changed, two identical configs' search runs
+differed by 34% (docs/decisions.md, the A/A study).
 
 Correctness comes from the greedy probe against the floor of two baseline starts and, in live
 mode, from the success rate against the baseline's, paired by task id within rounds (McNemar on
@@ -23,6 +26,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from tuner.metrics import (
+    BetweenRunNoise,
     OutputCheck,
     PairedEstimate,
     RunOutcomes,
@@ -30,9 +34,10 @@ from tuner.metrics import (
     paired_ratio,
     paired_success_drop,
 )
+from tuner.metrics.scoring import noise_for_study
 from tuner.results.loading import StudyResults, TrialRow
 
-__all__ = ["SUCCESS_DROP_ALPHA", "Verdict", "judge_study"]
+__all__ = ["SUCCESS_DROP_ALPHA", "Verdict", "judge_study", "study_noise"]
 
 SUCCESS_DROP_ALPHA: Final = 0.05
 
@@ -149,13 +154,26 @@ def _pairs(
     return pairs, missing
 
 
-def _paired(results: StudyResults, pairs: list[tuple[TrialRow, TrialRow]]) -> PairedEstimate | None:
+def _paired(
+    noise: BetweenRunNoise, pairs: list[tuple[TrialRow, TrialRow]]
+) -> PairedEstimate | None:
     if not pairs:
         return None
     cand, bases = _outcomes([c for c, _ in pairs]), _outcomes([b for _, b in pairs])
     if not cand or not bases:
         return None
-    return paired_ratio(cand, bases, noise=results.noise)
+    return paired_ratio(cand, bases, noise=noise)
+
+
+def study_noise(results: StudyResults) -> BetweenRunNoise:
+    """The between-run noise the verdicts use: the recorded one (stored with the study), unless
+    the study's own baseline starts (search run, floor, confirmation runs) show a noisier
+    machine (`tuner.metrics.noise_for_study`)."""
+    base = results.baseline
+    if base is None:
+        return results.noise
+    runs = [base, *results.confirm_runs(base.number)]
+    return noise_for_study(results.noise, [r.tasks_per_hour or 0.0 for r in runs])
 
 
 def _outputs(results: StudyResults, t: TrialRow, base: TrialRow) -> OutputCheck | None:
@@ -184,6 +202,7 @@ def _success_drop(results: StudyResults, pairs: list[tuple[TrialRow, TrialRow]])
 def judge_study(results: StudyResults) -> dict[int, Verdict]:
     """A verdict per exportable config other than the baseline, keyed by trial number."""
     base = results.baseline
+    noise = study_noise(results)
     out: dict[int, Verdict] = {}
     for t in results.trials:
         if not t.exportable or (base is not None and t.number == base.number):
@@ -200,7 +219,9 @@ def judge_study(results: StudyResults) -> dict[int, Verdict]:
             confirmed_tph=_mean(confirmed),
             confirmed_runs=len(confirmed),
             confirmed_range=_range(confirmed),
-            paired=_paired(results, pairs),
+            # Confirmation rounds are interleaved and carry their own spread; a search-time pair
+            # spans the machine's drift between two trials, which the baseline's starts show.
+            paired=_paired(results.noise if confirmed else noise, pairs),
             outputs=_outputs(results, t, base),
             success_drop_p=_success_drop(results, pairs),
             failed_runs=failed,
