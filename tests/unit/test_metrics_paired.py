@@ -87,6 +87,9 @@ def test_rounds_that_agree_beat_and_rounds_that_disagree_do_not() -> None:
     assert disagree is not None
     assert disagree.low < 1.0 < disagree.high and not disagree.beats and not disagree.loses
     assert disagree.high / disagree.low > agree.high / agree.low
+    # Their spread is far beyond the recorded noise: the recorded value is dropped, not pooled.
+    assert disagree.df == 3 and "this study's 4 rounds, beyond the recorded" in disagree.describe()
+    assert agree.df == DEFAULT_NOISE.df + 3
 
 
 def test_a_identical_config_rarely_beats() -> None:

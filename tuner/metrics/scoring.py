@@ -340,7 +340,7 @@ def f_sf(f: float, d1: int, d2: int) -> float:
 
 
 # A study's own baseline starts override the recorded noise when they are this unlikely under it.
-NOISE_CHECK_ALPHA = 0.01
+NOISE_CHECK_ALPHA = 0.05
 
 
 def noise_for_study(
@@ -461,6 +461,7 @@ def paired_ratio(
     *,
     noise: BetweenRunNoise = DEFAULT_NOISE,
     confidence: float = 0.95,
+    noise_check_alpha: float = NOISE_CHECK_ALPHA,
 ) -> PairedEstimate | None:
     """Per-round paired ratios of tasks/h and a t-interval over the rounds.
 
@@ -471,12 +472,16 @@ def paired_ratio(
     (d0 s0^2 + sum of squared deviations) / (d0 + R - 1): the recorded noise weighs as d0
     earlier rounds, so two rounds that happen to agree do not make a narrow interval, and
     many rounds that disagree widen it. The interval is mean +- t(d0 + R - 1) x sd / sqrt(R).
+    When the rounds' own variance is above s0^2 beyond chance (one-sided F-test at
+    `noise_check_alpha`), the recorded noise does not describe this machine and is dropped:
+    the interval is the rounds' alone (t with R - 1 df).
 
     Args:
         candidate: The candidate's runs, one per round.
         baseline: The baseline's runs, same rounds, same order.
         noise: The recorded between-run noise of a round's log ratio.
         confidence: Coverage of the (two-sided) interval.
+        noise_check_alpha: Level of the check that the rounds fit the recorded noise.
 
     Returns:
         The estimate, or None when there is nothing to pair (no rounds, no common task, or a
@@ -499,8 +504,20 @@ def paired_ratio(
     r = len(logs)
     mean = sum(logs) / r
     squares = sum((x - mean) ** 2 for x in logs)
-    df = noise.df + r - 1
-    sd = math.sqrt((noise.df * noise.log_sd**2 + squares) / df)
+    if r > 1 and f_sf(squares / (r - 1) / noise.log_sd**2, r - 1, noise.df) < noise_check_alpha:
+        # The rounds disagree beyond the recorded noise: it does not describe this machine,
+        # so the rounds' own spread alone makes the interval.
+        noise = BetweenRunNoise(
+            math.sqrt(squares / (r - 1)),
+            r - 1,
+            f"this study's {r} rounds, beyond the recorded {noise.log_sd:.3f} "
+            f"(F-test p < {noise_check_alpha:g})",
+        )
+        df = r - 1
+        sd = noise.log_sd
+    else:
+        df = noise.df + r - 1
+        sd = math.sqrt((noise.df * noise.log_sd**2 + squares) / df)
     se = sd / math.sqrt(r)
     t = student_t_quantile(1 - (1 - confidence) / 2, df)
     p = 1.0 - student_t_cdf(mean / se, df) if se > 0 else (0.0 if mean > 0 else 1.0)
