@@ -184,10 +184,10 @@ class _Recorder(ReplayBackend):
 
 
 def _memoized_paired_ratio() -> None:
-    """`paired_ratio` is a pure function of its runs and seed; answer repeats from a cache.
+    """`paired_ratio` is a pure function of its runs and noise; answer repeats from a cache.
 
     A study asks the export rule at three budgets, each judging every config against the
-    baseline again (2,000 resamples each): the cache makes that one computation per pair.
+    baseline again: the cache makes that one computation per pair.
     """
     original = decision.paired_ratio
 

@@ -50,6 +50,9 @@ class StudyAttr:
     CONFIRMATION: Final = "confirmation"  # tuner.study.confirm's verdict per confirmed config
     VLLM_VERSION: Final = "vllm_version"  # the vLLM the study measured (tuner.study.preflight)
     VLLM_LACKS: Final = "vllm_lacks"  # knobs tuner can emit that this vLLM rejects
+    # The run-to-run noise of a round's paired log ratio the verdicts used
+    # (tuner.metrics.BetweenRunNoise.to_json()): stored so a verdict can be recomputed.
+    BETWEEN_RUN_NOISE: Final = "between_run_noise"
 
 
 class TrialAttr:
@@ -92,6 +95,10 @@ class TrialAttr:
     PROBE: Final = "probe"  # tuner.workload.probe.ProbeResult.to_json(): greedy probe answers
     CONFIRM_OF: Final = "confirm_of"  # a confirmation run: the trial number whose config it re-runs
     CONFIRM_ROUND: Final = "confirm_round"  # a confirmation run: its round (0, 1, ...)
+    # A candidate that is the baseline's config entered again on purpose (`tuner optimize
+    # --also-try baseline`, an A/A check): the baseline's trial number. Exempt from the
+    # duplicate check; judged like any candidate.
+    COPY_OF: Final = "copy_of"
 
 
 def role_from(user_attrs: Mapping[str, Any], number: int) -> str:

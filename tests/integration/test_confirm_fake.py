@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
@@ -40,13 +41,14 @@ def fake_ray() -> Iterator[None]:
         yield
 
 
-def _preset() -> Preset:
+def _preset(*, lossy: bool) -> Preset:
     server_env = {
         "FAKE_VLLM_STARTUP_S": "0.5",
         "FAKE_VLLM_TOKEN_DELAY_S": "0.01",
         "FAKE_VLLM_SPEC_SPEEDUP": "4",
-        "FAKE_VLLM_CHANGE_OUTPUTS": "1",
     }
+    if lossy:
+        server_env["FAKE_VLLM_CHANGE_OUTPUTS"] = "1"
     data = fake_preset(
         server_env,
         tasks=6,
@@ -57,27 +59,35 @@ def _preset() -> Preset:
     return Preset.model_validate(data)
 
 
-def test_confirmation_reruns_interleaved_and_a_lossy_winner_is_not_exported(
-    fake_ray: None, tmp_path: Path
-) -> None:
+def _searched(preset: Preset, tmp_path: Path) -> Any:
     from tuner.study import open_study
 
-    preset = _preset()
     options = fake_options(tmp_path, 1)
     optimize(preset, options)  # the baseline
     study = open_study(preset, options)
     study.enqueue_trial(NGRAM, user_attrs={TrialAttr.ROLE: "candidate"})
     optimize(preset, options)  # --n-trials counts per run: this one runs the queued n-gram
+    return options
 
+
+def _order(study: optuna.Study) -> list[tuple[int, int]]:
+    runs = [t for t in study.trials if t.user_attrs.get(TrialAttr.ROLE) == "confirm"]
+    return [
+        (t.user_attrs[TrialAttr.CONFIRM_OF], t.user_attrs[TrialAttr.CONFIRM_ROUND]) for t in runs
+    ]
+
+
+def test_confirmation_reruns_interleaved_and_the_winner_is_judged_on_its_rounds(
+    fake_ray: None, tmp_path: Path
+) -> None:
+    options = _searched(_preset(lossy=False), tmp_path)
     summary = confirm_study(options, ConfirmPlan(k=1, rounds=2))
     assert summary.configs == (0, 1) and summary.queued == 4
 
     study = optuna.load_study(study_name="fake", storage=options.storage_url)
     runs = [t for t in study.trials if t.user_attrs.get(TrialAttr.ROLE) == "confirm"]
-    order = [
-        (t.user_attrs[TrialAttr.CONFIRM_OF], t.user_attrs[TrialAttr.CONFIRM_ROUND]) for t in runs
-    ]
-    assert order == [(0, 0), (1, 0), (0, 1), (1, 1)]  # A B A B, in trial-number order
+    # The baseline's round 0 (the probe's floor) runs first, then A B in round order.
+    assert _order(study) == [(0, 0), (1, 0), (0, 1), (1, 1)]
     assert all(t.state == TrialState.COMPLETE for t in runs)
     assert [t.params for t in runs] == [study.trials[0].params, NGRAM] * 2
     # Stored like trials, each on a fresh server start; never counted toward --n-trials.
@@ -87,18 +97,17 @@ def test_confirmation_reruns_interleaved_and_a_lossy_winner_is_not_exported(
     assert len({s.started_at for s in starts}) == 4
     assert sum(counts_toward_budget(t) for t in study.trials) == 2
     assert all(TrialAttr.PROBE in t.user_attrs for t in study.trials)
+    assert study.user_attrs[StudyAttr.BETWEEN_RUN_NOISE]["log_sd"] > 0  # stored with the study
 
     results = load_results(options.storage_url, "fake")
     verdict = judge_study(results)[1]
     assert verdict.confirmed_runs == 2
+    assert verdict.paired is not None and verdict.paired.rounds == 2
     assert verdict.beats_baseline  # 4x faster per token, paired over both rounds
-    assert verdict.outputs is not None and verdict.outputs.floor == pytest.approx(1.0)
-    assert verdict.changes_outputs
+    assert not verdict.changes_outputs
     choice = choose_export(results)
-    assert choice.trial.number == 0
-    assert "changes outputs" in choice.reason
-    assert study.user_attrs[StudyAttr.CONFIRMATION]["1"]["changes_outputs"] is True
-    assert study.user_attrs[StudyAttr.MODE_NOTE] == "load shape: answers not graded"
+    assert choice.trial.number == 1 and choice.confirmed
+    assert "beats the baseline" in choice.reason and "unconfirmed" not in choice.reason
 
     # Run again (a resumed study): nothing is repeated.
     again = confirm_study(options, ConfirmPlan(k=1, rounds=2))
@@ -108,6 +117,35 @@ def test_confirmation_reruns_interleaved_and_a_lossy_winner_is_not_exported(
     enqueue_run(
         study, NGRAM, role="confirm", attrs={TrialAttr.CONFIRM_OF: 1, TrialAttr.CONFIRM_ROUND: 2}
     )
+    # Round 2's baseline run is queued for it: every average is over paired rounds.
     assert confirm_study(options, ConfirmPlan(k=1, rounds=3)).queued == 1
     rounds = judge_study(load_results(options.storage_url, "fake"))[1].confirmed_runs
     assert rounds == 3
+
+
+def test_a_flagged_config_is_skipped_and_the_floor_runs_with_confirm_0(
+    fake_ray: None, tmp_path: Path
+) -> None:
+    # Today's code (before issue 21) ran no second baseline start with --confirm 0, so nothing
+    # could be flagged; and with confirmation on, it spent the slot on the lossy config.
+    options = _searched(_preset(lossy=True), tmp_path)
+    summary = confirm_study(options, ConfirmPlan(k=0, rounds=0))
+    study = optuna.load_study(study_name="fake", storage=options.storage_url)
+    assert _order(study) == [(0, 0)]  # the floor start, and nothing else
+    assert summary.queued == 1
+    results = load_results(options.storage_url, "fake")
+    verdict = judge_study(results)[1]
+    assert verdict.outputs is not None and verdict.outputs.floor == pytest.approx(1.0)
+    assert verdict.changes_outputs
+    choice = choose_export(results)
+    assert choice.trial.number == 0 and not choice.confirmed
+    assert "changes outputs" in choice.reason
+    assert study.user_attrs[StudyAttr.CONFIRMATION]["1"]["changes_outputs"] is True
+    assert study.user_attrs[StudyAttr.MODE_NOTE] == "load shape: answers not graded"
+
+    # Confirmation now: the flagged n-gram is skipped, so only the baseline is left and
+    # nothing is re-run (the baseline alone has nothing to be paired with).
+    summary = confirm_study(options, ConfirmPlan(k=1, rounds=2))
+    assert summary.configs == (0,) and summary.queued == 0
+    study = optuna.load_study(study_name="fake", storage=options.storage_url)
+    assert _order(study) == [(0, 0)]

@@ -1,68 +1,162 @@
-"""Paired comparisons, the two-proportion test and the greedy-output check."""
+"""Paired comparisons (the round is the unit), Holm, McNemar, and the greedy-output check.
+
+Task times are drawn from the recorded CPU runs (`benchmarks/decision_sim.py`'s
+`simulated_run`: the recorded per-task durations and their within-run and run-to-run noise), not
+constants, so an interval that collapses to a point would show.
+"""
 
 from __future__ import annotations
 
+import math
 import random
+import sys
+from pathlib import Path
 
 import pytest
+from scipy import stats
 
 from tuner.metrics import (
+    DEFAULT_NOISE,
+    BetweenRunNoise,
     RunOutcomes,
     bootstrap_tasks_per_hour,
+    holm,
     judge_outputs,
+    makespan,
     match_rates,
     paired_ratio,
+    paired_success_drop,
     two_proportion_drop,
 )
+from tuner.metrics.legacy import legacy_paired_ratio
+from tuner.metrics.scoring import f_sf, noise_for_study, student_t_cdf, student_t_quantile
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from decision_sim import load_recorded, simulated_run
 
 
-def _run(seconds: list[float], wins: list[bool] | None = None, agents: int = 2) -> RunOutcomes:
-    wins = wins or [True] * len(seconds)
-    outcomes = tuple((f"t{i}", ok, s) for i, (ok, s) in enumerate(zip(wins, seconds, strict=True)))
-    return RunOutcomes(outcomes, sum(seconds) / agents)
+def _rounds(speed: float, n: int, seed: int) -> tuple[list[RunOutcomes], list[RunOutcomes]]:
+    rec, rng = load_recorded(), random.Random(seed)
+    cand = [simulated_run(rec, rng, speed) for _ in range(n)]
+    base = [simulated_run(rec, rng, 1.0) for _ in range(n)]
+    return cand, base
 
 
-def test_pairing_cancels_the_task_mix_that_unpaired_intervals_carry() -> None:
-    # Task lengths vary 10x across the set; the candidate is 10% faster on every task.
-    rng = random.Random(3)
-    base_s = [rng.uniform(5, 50) for _ in range(24)]
-    base, cand = _run(base_s), _run([s / 1.1 for s in base_s])
-    paired = paired_ratio([cand], [base])
-    assert paired is not None
-    assert paired.ratio == pytest.approx(1.1)
-    assert paired.beats and paired.high - paired.low < 0.01
-    # Unpaired, each run's own interval is wide enough to overlap the other's.
-    _, b_high = bootstrap_tasks_per_hour([True] * 24, base_s, base.wall_s)
-    c_low, _ = bootstrap_tasks_per_hour([True] * 24, [s / 1.1 for s in base_s], cand.wall_s)
-    assert c_low < b_high
+def test_student_t_matches_scipy() -> None:
+    for df in (1, 2, 3, 4, 7, 10, 11, 30):
+        assert student_t_quantile(0.975, df) == pytest.approx(stats.t.ppf(0.975, df), abs=1e-6)
+        assert student_t_cdf(1.3, df) == pytest.approx(stats.t.cdf(1.3, df), abs=1e-9)
+        assert student_t_cdf(-0.4, df) == pytest.approx(stats.t.cdf(-0.4, df), abs=1e-9)
 
 
-def test_rounds_carry_run_to_run_noise() -> None:
-    # Same per-task speed on average, but the rounds disagree: the interval must include 1.
-    base_s = [10.0] * 12
-    rounds_c = [_run([s * f for s in base_s]) for f in (0.8, 1.25, 1.0)]
-    rounds_b = [_run(base_s) for _ in range(3)]
-    paired = paired_ratio(rounds_c, rounds_b, seed=1)
-    assert paired is not None and paired.rounds == 3
-    assert paired.low < 1.0 < paired.high
-    assert not paired.beats and not paired.loses
+def test_one_round_interval_is_the_between_run_term() -> None:
+    # The H200 case of issue 21: one round at x1.036 with every task a little faster. The old
+    # task bootstrap called it a win on an interval a few thousandths wide; one run cannot show
+    # how much a whole run moves, so the interval is the recorded run-to-run noise.
+    rec = load_recorded()
+    base = simulated_run(rec, random.Random(1), 1.0)
+    cand = RunOutcomes(
+        tuple((t, ok, s / 1.036) for t, ok, s in base.outcomes), base.wall_s / 1.036, 2
+    )
+    old = legacy_paired_ratio([cand], [base])
+    assert old is not None and old.beats and old.high - old.low < 0.01
+    new = paired_ratio([cand], [base])
+    assert new is not None and new.rounds == 1 and new.ratio == pytest.approx(1.036)
+    half = stats.t.ppf(0.975, DEFAULT_NOISE.df) * DEFAULT_NOISE.log_sd
+    assert math.log(new.high / new.ratio) == pytest.approx(half, rel=1e-6)
+    assert not new.beats and new.low < 1.0 < new.high
+    assert "between-run term" in new.describe()
+    # A preset that measured a quieter machine gets a narrower interval, from its own noise.
+    quiet = paired_ratio([cand], [base], noise=BetweenRunNoise(0.005, 4, "preset"))
+    assert quiet is not None and quiet.beats and "0.005" in quiet.describe()
+
+
+def test_rounds_that_agree_beat_and_rounds_that_disagree_do_not() -> None:
+    cand, base = _rounds(1.10, 4, seed=3)
+    agree = paired_ratio(cand, base)
+    assert agree is not None and agree.rounds == 4 and agree.tasks == 12
+    assert agree.beats and agree.low < agree.ratio < agree.high
+    assert agree.p_value < 0.01
+    # The same runs with one round's candidate 25% slower and another's 25% faster: the
+    # rounds disagree, so the interval widens and reaches 1.
+    scaled = [
+        RunOutcomes(tuple((t, ok, s * f) for t, ok, s in r.outcomes), r.wall_s * f, 2)
+        for r, f in zip(cand, (1.1 / 0.8, 1.1 / 1.25, 1.0, 1.0), strict=True)
+    ]
+    disagree = paired_ratio(scaled, base)
+    assert disagree is not None
+    assert disagree.low < 1.0 < disagree.high and not disagree.beats and not disagree.loses
+    assert disagree.high / disagree.low > agree.high / agree.low
+    # Their spread is far beyond the recorded noise: the recorded value is dropped, not pooled.
+    assert disagree.df == 3 and "this study's 4 rounds, beyond the recorded" in disagree.describe()
+    assert agree.df == DEFAULT_NOISE.df + 3
+
+
+def test_a_identical_config_rarely_beats() -> None:
+    # 400 A/A pairs of two rounds from the recorded noise: at most about 2.5% one-sided.
+    wins = sum(bool((p := paired_ratio(*_rounds(1.0, 2, s))) and p.beats) for s in range(400))
+    assert wins <= 0.05 * 400
 
 
 def test_only_common_tasks_are_paired() -> None:
-    base = _run([10.0] * 4)
-    cand = RunOutcomes((*base.outcomes[:2], ("other", True, 10.0)), 15.0)
-    paired = paired_ratio([cand], [base])
-    assert paired is not None and paired.tasks == 2
+    cand, base = _rounds(1.0, 1, seed=5)
+    c = RunOutcomes((*cand[0].outcomes[:6], ("other", True, 10.0)), cand[0].wall_s, 2)
+    paired = paired_ratio([c], base)
+    assert paired is not None and paired.tasks == 6
     assert paired_ratio([], []) is None
-    assert paired_ratio([RunOutcomes((("x", True, 1.0),), 1.0)], [base]) is None
+    assert paired_ratio([RunOutcomes((("x", True, 1.0),), 1.0)], base) is None
 
 
 def test_failed_tasks_lower_the_ratio() -> None:
-    base = _run([10.0] * 10)
-    cand = _run([10.0] * 10, wins=[True] * 5 + [False] * 5)
-    paired = paired_ratio([cand], [base])
+    _, base = _rounds(1.0, 1, seed=6)
+    outcomes = tuple((t, i % 2 == 0, s) for i, (t, _, s) in enumerate(base[0].outcomes))
+    paired = paired_ratio([RunOutcomes(outcomes, base[0].wall_s, 2)], base)
     assert paired is not None
     assert paired.ratio == pytest.approx(0.5) and paired.loses
+
+
+def test_makespan_runs_agents_at_once() -> None:
+    assert makespan([4.0, 3.0, 2.0, 1.0], 1) == 10.0
+    assert makespan([4.0, 3.0, 2.0, 1.0], 2) == 5.0  # 4+1 and 3+2
+    assert makespan([10.0, 1.0, 1.0, 1.0], 2) == 10.0  # the long task is the window
+    # A resample that draws the long task twice runs both at once on two agents: the window
+    # does not double, so the interval's low end stays far above the serial scaling's.
+    outcomes, seconds = [True] * 11, [100.0] + [1.0] * 10
+    serial_low, _ = bootstrap_tasks_per_hour(outcomes, seconds, 100.0, agents=1)
+    parallel_low, _ = bootstrap_tasks_per_hour(outcomes, seconds, 100.0, agents=2)
+    assert parallel_low > 1.3 * serial_low
+
+
+def test_a_noisier_machine_overrides_the_recorded_noise() -> None:
+    # Two baseline starts 1% apart fit the recorded noise; 44% apart (the loaded 2-core box of
+    # the A/A study) do not, and the study's own spread is used, with its 1 df.
+    assert noise_for_study(DEFAULT_NOISE, [530.0, 535.0]) is DEFAULT_NOISE
+    assert noise_for_study(DEFAULT_NOISE, [530.0]) is DEFAULT_NOISE
+    own = noise_for_study(DEFAULT_NOISE, [217.7, 313.1])
+    assert own.df == 1 and own.log_sd == pytest.approx(math.log(313.1 / 217.7))
+    assert own.source.startswith("this study's 2 baseline starts")
+    f = (math.log(313.1 / 217.7) / DEFAULT_NOISE.log_sd) ** 2
+    assert f_sf(f, 1, DEFAULT_NOISE.df) == pytest.approx(stats.f.sf(f, 1, DEFAULT_NOISE.df))
+    assert f_sf(0.7, 3, 11) == pytest.approx(stats.f.sf(0.7, 3, 11))
+
+
+def test_holm_steps_down() -> None:
+    assert holm({1: 0.01, 2: 0.02, 3: 0.03}, 0.05) == {1, 2, 3}
+    assert holm({1: 0.01, 2: 0.04, 3: 0.03}, 0.05) == {1}
+    assert holm({1: 0.02, 2: 0.02}, 0.025) == set()  # each alone would pass at 2.5%
+    assert holm({}, 0.05) == set()
+
+
+def test_mcnemar_uses_discordant_tasks_only() -> None:
+    # 8 tasks only the baseline solved, 1 only the candidate: exact one-sided p.
+    pairs = [(False, True)] * 8 + [(True, False)] + [(True, True)] * 30
+    expected = stats.binomtest(8, 9, 0.5, alternative="greater").pvalue
+    assert paired_success_drop(pairs) == pytest.approx(expected)
+    assert paired_success_drop([(True, True), (False, False)]) is None
+    # The same 4 tasks failing on both sides in two rounds is no evidence of a drop; pooled as
+    # independent samples, a config that fails 4 more of 40 looked like one.
+    same = [(False, False)] * 4 + [(True, True)] * 16
+    assert paired_success_drop(same * 2) is None
 
 
 def test_two_proportion_drop() -> None:

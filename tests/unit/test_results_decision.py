@@ -3,6 +3,10 @@ decide when they exist; a config that changes outputs is never exported."""
 
 from __future__ import annotations
 
+import json
+import math
+import random
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -14,6 +18,9 @@ from tuner.results.decision import judge_study
 from tuner.results.report import summary_lines
 from tuner.testing.sample import SampleScore, write_sample_study
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from decision_sim import load_recorded
+
 BASE_PROBE = [[100 + i, 7, 8, 9, 10, 11, 12, 13] for i in range(16)]
 
 
@@ -23,34 +30,110 @@ def _url(tmp: Path, name: str, **kw: object) -> str:
     return url
 
 
-def test_a_clear_winner_is_exported_when_the_top_scorer_is_wide(tmp_path: Path) -> None:
+def _noisy(base: RunOutcomes, speed: float, seed: int) -> RunOutcomes:
+    """The baseline's tasks, each with a recorded-noise factor, `speed` times as fast."""
+    rng = random.Random(seed)
+    rec = load_recorded()
+    factors = [math.exp(rng.choice(rec.residuals)) for _ in base.outcomes]
+    outcomes = tuple(
+        (tid, ok, secs * f / speed)
+        for (tid, ok, secs), f in zip(base.outcomes, factors, strict=True)
+    )
+    return RunOutcomes(outcomes, base.wall_s * sum(factors) / len(factors) / speed, 2)
+
+
+def test_unconfirmed_wins_need_holm_and_the_between_run_term(tmp_path: Path) -> None:
+    # --confirm 0: every config is judged on one search-time run. #1 is 3.6% faster on every
+    # task (the H200 case of issue 21: the old rule exported it as a win); #7 is 30% faster,
+    # beyond the between-run noise even after Holm's correction over both.
     results = load_results(_url(tmp_path, "two", ngram=SampleScore(900, 850, 950)))
     base, ngram = results.trials[0], results.trials[1]
     assert base.outcomes is not None
-    ids = [tid for tid, _, _ in base.outcomes.outcomes]
-    # #1 scores highest (1,100 tasks/h) but its tasks took 3, 10 and 20 s against the baseline's
-    # 10 each: paired by task, its ratio's interval reaches below 1. #7 is 10% faster on every
-    # task: a smaller estimate, tightly above 1.
-    wide = replace(
-        ngram,
+    small = replace(ngram, tasks_per_hour=752 * 1.036, outcomes=_noisy(base.outcomes, 1.036, 1))
+    big = replace(ngram, number=7, tasks_per_hour=752 * 1.3, outcomes=_noisy(base.outcomes, 1.3, 2))
+    choice = choose_export(replace(results, trials=(base, small)))
+    assert choice.trial.number == 0 and not choice.confirmed
+    assert choice.reason.startswith("unconfirmed: ")
+    assert "beats the baseline" not in render_export(choice)
+    assert "between-run term" in choice.reason
+    text = render_export(choice)
+    assert "# unconfirmed: no confirmation rounds" in text
+    assert "# best search config (unconfirmed): #1" in text
+
+    choice = choose_export(replace(results, trials=(base, small, big)))
+    assert choice.trial.number == 7 and choice.judged == 2
+    assert choice.reason.startswith("unconfirmed: #7 beats the baseline")
+    assert "Holm-corrected over 2 configs judged" in choice.reason
+    assert json.loads(render_export(choice, "json"))["confirmed"] is False
+
+
+def test_baseline_starts_that_disagree_widen_an_unconfirmed_verdict(tmp_path: Path) -> None:
+    # n-gram's search run is x1.20 the baseline's: a win against the recorded noise. But the
+    # baseline's second start (the floor) ran 46% faster than its first: this machine drifts
+    # far more than the recorded noise, so one search-time pair proves nothing.
+    results = load_results(_url(tmp_path, "drift", ngram=SampleScore(900, 850, 950)))
+    base = results.trials[0]
+    assert choose_export(results).trial.number == 1
+    floor = replace(
+        base,
+        number=99,
+        role="confirm",
+        confirm_of=0,
+        confirm_round=0,
         tasks_per_hour=1100.0,
-        outcomes=RunOutcomes(
-            tuple((t, True, s) for t, s in zip(ids, (3.0, 10.0, 20.0), strict=True)), 9.8
-        ),
+        value=1100.0,
     )
-    tight_wall = base.outcomes.wall_s / 1.1
-    tight = replace(
-        ngram,
-        number=7,
-        tasks_per_hour=base.outcomes.tasks_per_hour * 1.1,
-        outcomes=RunOutcomes(tuple((t, True, 10.0 / 1.1) for t in ids), tight_wall),
+    choice = choose_export(replace(results, trials=(*results.trials, floor)))
+    assert choice.trial.number == 0 and not choice.confirmed
+    assert "this study's 2 baseline starts, beyond the recorded 0.034" in choice.reason
+
+
+def test_a_failed_confirmation_start_counts_against_its_config(tmp_path: Path) -> None:
+    # n-gram is faster in every round it ran, but its round-1 start failed: a config that
+    # cannot start reliably is not exported (the old rule dropped the failed start and
+    # exported n-gram on round 0 alone).
+    url = _url(
+        tmp_path,
+        "failed",
+        ngram=SampleScore(900, 850, 950),
+        confirm=((750.0, 860.0), (740.0, None)),
     )
-    choice = choose_export(replace(results, trials=(base, wide, tight)))
-    assert choice.verdicts[1].paired is not None and not choice.verdicts[1].beats_baseline
-    assert choice.trial.number == 7
-    assert choice.verdict is not None and choice.verdict.paired is not None
-    assert choice.verdict.paired.ratio == pytest.approx(1.1)
-    assert "#1 scored higher but did not pass" in choice.reason
+    results = load_results(url)
+    verdict = judge_study(results)[1]
+    assert verdict.unreliable and len(verdict.failed_runs) == 1
+    assert verdict.failed_runs[0].startswith("round 1 (trial #9) startup_timeout")
+    choice = choose_export(results)
+    assert choice.trial.number == 0 and choice.confirmed
+    assert "could not start reliably" in choice.reason
+    assert "round 1 (trial #9) startup_timeout: no answer on /health" in choice.reason
+    doc = json.loads(render_export(choice, "json"))
+    assert doc["best"]["failed_confirmation_starts"] == list(verdict.failed_runs)
+
+
+def test_a_missing_baseline_round_is_not_replaced(tmp_path: Path) -> None:
+    # The baseline's round-1 start failed: round 1 is not paired, the averages are over round 0
+    # only (the old rule averaged n-gram over both rounds and the baseline over one).
+    url = _url(
+        tmp_path,
+        "missing",
+        ngram=SampleScore(900, 850, 950),
+        confirm=((750.0, 860.0), (None, 850.0)),
+    )
+    verdict = judge_study(load_results(url))[1]
+    assert verdict.missing_base_rounds == (1,)
+    assert verdict.confirmed_runs == 1 and verdict.confirmed_tph == pytest.approx(860.0)
+    assert verdict.base_confirmed_tph == pytest.approx(750.0)
+    assert verdict.paired is not None and verdict.paired.rounds == 1
+    assert "no baseline run in round 1" in (verdict.problems() or "")
+    # With no baseline round at all, nothing falls back to the search-time runs: the old rule
+    # judged n-gram on its search run and still said "confirmation rounds".
+    url = _url(tmp_path, "none", ngram=SampleScore(900, 850, 950), confirm=((None, 860.0),))
+    results = load_results(url)
+    verdict = judge_study(results)[1]
+    assert verdict.paired is None and verdict.missing_base_rounds == (0,)
+    choice = choose_export(results)
+    assert choice.trial.number == 0
+    assert "no baseline run in round 0 (not paired; `tuner confirm` re-runs it)" in choice.reason
 
 
 def test_confirmation_rounds_overrule_a_lucky_search_run(tmp_path: Path) -> None:
@@ -151,7 +234,10 @@ def test_report_shows_search_time_and_confirmed_values(tmp_path: Path) -> None:
         "reference",
         "900 vs 855 (2 runs, 850-860)",
     ]
-    assert table.column("paired vs baseline")[1].endswith("over 2 rounds of 3 tasks")
+    assert (
+        "over 2 rounds of 3 tasks; interval over the rounds"
+        in table.column("paired vs baseline")[1]
+    )
     lines = summary_lines(results)
     assert "Workload mode: replay (load shape: answers not graded)" in lines
     assert any(

@@ -65,6 +65,9 @@ def test_a_config_that_wins_beyond_the_intervals_is_exported(winning_url: str) -
     assert choice.verdict.paired.ratio == pytest.approx(900 / 752)
     assert choice.verdict.paired.low > 1.0
     assert "beats the baseline (no speculation): paired tasks/h ratio" in choice.reason
+    # No confirmation ran: one round, judged with the between-run term, and said so.
+    assert choice.reason.startswith("unconfirmed: #1 beats") and not choice.confirmed
+    assert "between-run term" in choice.reason
     text = render_export(choice)
     argv = _commands(text)
     assert argv[:3] == ["vllm", "serve", SAMPLE_MODEL]
@@ -82,11 +85,13 @@ def test_a_config_inside_the_baselines_interval_falls_back(overlapping_url: str)
     assert (choice.trial.number, choice.best.number) == (0, 1)
     assert choice.verdicts[1].paired is not None
     assert choice.verdicts[1].paired.low < 1.0 < choice.verdicts[1].paired.high
-    assert "it is not faster beyond the noise: paired tasks/h ratio" in choice.reason
+    assert "it is not faster beyond the noise (Holm-corrected over 1 config judged): " in (
+        choice.reason
+    )
     text = render_export(choice)
     argv = _commands(text)
     assert "--speculative-config" not in argv
-    assert "# why this one: the best config, #1 (n-gram depth 3" in text
+    assert "# why this one: unconfirmed: the best config, #1 (n-gram depth 3" in text
     doc = json.loads(render_export(choice, "json"))
     assert (doc["measured"]["trial"], doc["best"]["trial"]) == (0, 1)
     assert doc["best"]["interval"] == [760.0, 840.0]
@@ -95,7 +100,7 @@ def test_a_config_inside_the_baselines_interval_falls_back(overlapping_url: str)
 def test_the_baseline_wins_outright(tmp_path: Path) -> None:
     choice = choose_export(load_results(_study(tmp_path, "lose", SampleScore(648, 620, 680))))
     assert choice.trial.number == 0 and not choice.fell_back
-    assert choice.reason.startswith("no speculation (the baseline, #0) did the most")
+    assert choice.reason.startswith("unconfirmed: no speculation (the baseline, #0) did the most")
 
 
 def test_a_memory_only_change_must_also_beat_the_baseline(overlapping_url: str) -> None:

@@ -78,7 +78,10 @@ def test_markdown_table_has_one_line_per_row(sample_url: str) -> None:
 
 def test_report_markdown_names_the_export_and_links_images(sample_url: str) -> None:
     text = report_markdown(load_results(sample_url), ["history.png"])
-    assert "- Export: trial #0 (no speculation, KV 2.00 GB, max seqs 8): no speculation" in text
+    assert (
+        "- Export: trial #0 (no speculation, KV 2.00 GB, max seqs 8): unconfirmed: no speculation"
+        in text
+    )
     assert "- 6 trials: 4 measured, 2 did not run" in text
     assert "![history.png](history.png)" in text
 

@@ -175,6 +175,26 @@ def test_a_queued_duplicate_is_not_run_not_counted_and_does_not_end_the_run(
     assert all(r.params != repeated for r in backend.submitted)
 
 
+def test_also_try_baseline_runs_an_identical_copy_as_a_candidate(preset: Preset) -> None:
+    # `tuner optimize --also-try baseline` (the A/A check): the copy is exempt from the
+    # duplicate rule both ways, runs once, counts, and the baseline still runs first.
+    study = _new()
+    backend = ScriptedBackend(lambda p: ScriptedRun(), n_slots=1)
+    settings = LoopSettings(n_trials=3, seed=0, also_try_baseline=True)
+    make = request_factory(preset, model_path="scripted", cache_dir=Path("/nonexistent"))
+    StudyLoop(study, preset, backend, make, settings).run()
+    trials = study.get_trials()
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * 3
+    assert role_of(trials[0]) == "baseline" and role_of(trials[1]) == "candidate"
+    assert trials[1].params == trials[0].params == preset.baseline_params()
+    assert trials[1].user_attrs[TrialAttr.COPY_OF] == 0
+    assert trials[2].params != trials[0].params
+    assert len(backend.submitted) == 3 and len(_counted(study)) == 3
+    # Resumed with the option again: no second copy.
+    StudyLoop(study, preset, backend, make, settings).run()
+    assert sum(TrialAttr.COPY_OF in t.user_attrs for t in study.get_trials()) == 1
+
+
 def test_a_worker_crash_is_retried_once_then_counts(preset: Preset) -> None:
     study = _new()
     _run(study, preset, 3, lambda p: ScriptedRun(crash="ActorDiedError: the actor died"))

@@ -23,9 +23,10 @@ def test_workload_public_names() -> None:
 def test_metrics_public_names() -> None:
     assert set(tuner.metrics.__all__) == {
         "EnergyMeter", "FakeNvml", "MetricsSnapshot", "NoEnergyMeter", "NvmlEnergyMeter",
-        "OutputCheck", "PairedEstimate", "RunOutcomes", "Score", "ServerCounters",
-        "bootstrap_tasks_per_hour", "counter_deltas", "energy_meter_for", "judge_outputs",
-        "match_rates", "paired_ratio", "parse_metrics", "percentile", "score_tasks",
+        "DEFAULT_NOISE", "BetweenRunNoise", "OutputCheck", "PairedEstimate", "RunOutcomes",
+        "Score", "ServerCounters", "bootstrap_tasks_per_hour", "counter_deltas",
+        "energy_meter_for", "holm", "judge_outputs", "makespan", "match_rates", "paired_ratio",
+        "paired_success_drop", "parse_metrics", "percentile", "score_tasks",
         "scrape_metrics", "two_proportion_drop", "wilson_interval",
     }  # fmt: skip
     assert all(hasattr(tuner.metrics, name) for name in tuner.metrics.__all__)

@@ -61,6 +61,14 @@ def optimize_cmd(
         Path | None, typer.Option("--cache-dir", envvar="TUNER_CACHE_DIR", help="Cache directory.")
     ] = None,
     confirm: Annotated[str | None, typer.Option("--confirm", help=_CONFIRM_HELP)] = None,
+    also_try: Annotated[
+        str | None,
+        typer.Option(
+            "--also-try",
+            help="'baseline': also enter the baseline's config as a candidate (an A/A check: "
+            "an identical copy must not beat the baseline).",
+        ),
+    ] = None,
 ) -> None:
     """Search speculative-decoding configs by successful agent tasks per hour (resumable)."""
     # Imported here: Ray and vLLM-side modules cost seconds, which other commands need not pay.
@@ -71,6 +79,8 @@ def optimize_cmd(
     preset = load_preset(model=model, gpu=gpu, space=space)
     # --confirm, else the preset's `confirm`, else the hardware's default; fails before any start
     plan = parse_confirm(confirm) if confirm else ConfirmPlan.for_preset(preset)
+    if also_try not in (None, "baseline"):
+        raise typer.BadParameter("the only value is baseline", param_hint="--also-try")
     overrides: dict[str, object] = {}
     if mode is not None:
         if mode not in ("live", "replay"):
@@ -93,6 +103,7 @@ def optimize_cmd(
         ray_address=ray_address,
         seed=seed,
         show_progress=sys.stderr.isatty(),
+        also_try_baseline=also_try == "baseline",
     )
     console.print(f"study {options.study_name or preset.study_name} on {masked(url)}")
     # One local Ray for the search and the confirmation stage: each would otherwise start and
@@ -131,7 +142,12 @@ def _confirm_and_print(options: Any, plan: Any) -> None:
     if plan.enabled:
         console.print(
             f"confirmation: the top {plan.k} candidates and the baseline, {plan.rounds} more "
-            "fresh starts each, interleaved"
+            "fresh starts each, interleaved (the baseline's first is the correctness floor)"
+        )
+    else:
+        console.print(
+            "no confirmation; one more start of the baseline for the correctness floor "
+            "(export will say unconfirmed)"
         )
     result = confirm_study(options, plan)
     if not plan.enabled:
@@ -140,6 +156,9 @@ def _confirm_and_print(options: Any, plan: Any) -> None:
     for column in ("trial", "config", "search tasks/h", "confirmed tasks/h", "paired", "outputs"):
         table.add_column(column)
     for number, v in result.verdicts.items():
+        failed = v.get("failed_confirmation_starts") or []
+        if failed:
+            console.print(f"#{number}: a confirmation start failed, not exported: {failed[0]}")
         if not v["confirmation_runs"]:
             continue
         table.add_row(

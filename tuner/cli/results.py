@@ -38,7 +38,8 @@ def export_cmd(
 ) -> None:
     """Print the best feasible config as a `vllm serve MODEL ...` command, with the evidence.
 
-    A speculative config is exported only when it beats no speculation beyond both intervals.
+    A config is exported only when it beats no speculation on its paired rounds, Holm-corrected
+    over the configs judged; without confirmation rounds the export says "unconfirmed".
     """
     choice = choose_export(load_results(_url(storage), study))
     typer.echo(render_export(choice, fmt.value), nl=False)

@@ -23,17 +23,24 @@ from tuner.metrics.prometheus import (
     scrape_metrics,
 )
 from tuner.metrics.scoring import (
+    DEFAULT_NOISE,
+    BetweenRunNoise,
     PairedEstimate,
     RunOutcomes,
     Score,
     bootstrap_tasks_per_hour,
+    holm,
+    makespan,
     paired_ratio,
     percentile,
     score_tasks,
     wilson_interval,
 )
+from tuner.metrics.success import paired_success_drop
 
 __all__ = [
+    "DEFAULT_NOISE",
+    "BetweenRunNoise",
     "EnergyMeter",
     "FakeNvml",
     "MetricsSnapshot",
@@ -47,9 +54,12 @@ __all__ = [
     "bootstrap_tasks_per_hour",
     "counter_deltas",
     "energy_meter_for",
+    "holm",
     "judge_outputs",
+    "makespan",
     "match_rates",
     "paired_ratio",
+    "paired_success_drop",
     "parse_metrics",
     "percentile",
     "score_tasks",

@@ -1,36 +1,50 @@
 """The score: successful tasks per hour with a bootstrap interval, and the latency figures.
 
 tasks/hour = successes x 3600 / scored wall time. Its 95% interval resamples tasks (outcome and
-duration together, seeded): a resample's wall time is the measured wall time scaled by its
-share of the task-seconds, so slow tasks drawn twice lengthen the window as they would have.
-Success rate has a Wilson interval; TTFT, TPOT and ITL get p50/p90/p99; energy is divided per
-successful task and per output token only when it was measured.
+duration together, seeded); it describes the spread inside one run (the task mix), never the
+spread between runs. A resample's wall time is the measured wall time scaled by the makespan
+of its tasks on the run's agents (`makespan`: several agents run at once, so the window is
+the busiest agent's, not the sum of the task-seconds). Success rate has a Wilson interval;
+TTFT, TPOT and ITL get p50/p90/p99; energy is divided per successful task and per output token
+only when it was measured.
 
-Comparisons between configs are paired (`paired_ratio`): every trial plays the same task ids,
-and confirmation runs come in rounds (baseline, candidates, again), so the bootstrap draws
-rounds and task ids once and applies them to both sides. One run's interval measures the task
-mix, which every config shares; the paired one cancels it and, with repeats, carries the
-run-to-run noise. `two_proportion_drop` tests a live success rate against the baseline's, and
-`judge_outputs` compares greedy probe answers against the floor two baseline starts give.
+Comparisons between configs are paired and the ROUND is the unit of evidence
+(`paired_ratio`): a round is one fresh start of each compared config; its paired log ratio is
+the candidate's tasks/h over the same round's baseline tasks/h, on the task ids both played.
+The interval is a t-interval over the rounds' log ratios whose variance pools the rounds'
+own spread with the preset's recorded run-to-run noise (`BetweenRunNoise`, measured from
+repeated fresh starts; its degrees of freedom weigh it). With one round the interval is the
+between-run term alone: one run cannot show how much a whole run moves. `holm` corrects a set
+of one-sided tests for their number.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from tuner.records import TaskRecord
 
 __all__ = [
+    "DEFAULT_NOISE",
+    "BetweenRunNoise",
     "PairedEstimate",
     "RunOutcomes",
     "Score",
     "bootstrap_tasks_per_hour",
+    "f_sf",
+    "holm",
+    "makespan",
+    "noise_for_study",
     "paired_ratio",
     "percentile",
     "score_tasks",
+    "student_t_cdf",
+    "student_t_quantile",
     "wilson_interval",
 ]
 
@@ -67,8 +81,11 @@ def bootstrap_tasks_per_hour(
     resamples: int = 2000,
     seed: int = 0,
     confidence: float = 0.95,
+    agents: int = 1,
 ) -> tuple[float, float]:
     """Percentile bootstrap interval of successes x 3600 / wall time, resampling tasks.
+
+    This is the spread inside one run (which tasks, how long each took), not between runs.
 
     Args:
         outcomes: Success of each scored task.
@@ -77,26 +94,39 @@ def bootstrap_tasks_per_hour(
         resamples: Bootstrap resamples.
         seed: Seed of the resampling (the interval is reproducible).
         confidence: Coverage of the interval.
+        agents: Agents that ran the tasks at once: a resample's window is the measured one
+            scaled by its tasks' makespan on that many agents over the measured tasks'.
 
     Returns:
         (low, high) in tasks per hour; (0, 0) without tasks or time.
     """
     n = len(outcomes)
-    total = sum(durations)
     if n == 0 or wall_s <= 0:
         return (0.0, 0.0)
+    full = makespan(durations, agents)
     rng = random.Random(seed)
     indices = range(n)
     rates: list[float] = []
     for _ in range(resamples):
         picks = rng.choices(indices, k=n)
         wins = sum(1 for i in picks if outcomes[i])
-        share = sum(durations[i] for i in picks) / total if total > 0 else 1.0
+        share = makespan([durations[i] for i in picks], agents) / full if full > 0 else 1.0
         rates.append(wins * 3600.0 / (wall_s * share) if share > 0 else 0.0)
     tail = (1 - confidence) / 2 * 100
     low, high = percentile(rates, tail), percentile(rates, 100 - tail)
     assert low is not None and high is not None
     return (low, high)
+
+
+def makespan(durations: Sequence[float], agents: int = 1) -> float:
+    """Seconds until `agents` agents, each taking the next task when free, finish the tasks
+    in order (with one agent: their sum)."""
+    if agents <= 1 or len(durations) <= 1:
+        return float(sum(durations))
+    free = [0.0] * min(agents, len(durations))
+    for d in durations:
+        heapq.heappush(free, heapq.heappop(free) + d)
+    return max(free)
 
 
 @dataclass(frozen=True)
@@ -135,6 +165,7 @@ def score_tasks(
     energy_joules: float | None = None,
     seed: int = 0,
     resamples: int = 2000,
+    agents: int = 1,
 ) -> Score:
     """Score the scored tasks of a run.
 
@@ -145,12 +176,13 @@ def score_tasks(
         energy_joules: Energy over the window, None when not measured.
         seed: Seed of the bootstrap.
         resamples: Bootstrap resamples.
+        agents: Agents that ran the tasks at once (the bootstrap's window scaling).
     """
     successes = sum(1 for t in tasks if t.success)
     rate = successes * 3600.0 / wall_s if wall_s > 0 else 0.0
     low, high = bootstrap_tasks_per_hour(
         [t.success for t in tasks], [t.wall_s for t in tasks], wall_s,
-        resamples=resamples, seed=seed,
+        resamples=resamples, seed=seed, agents=agents,
     )  # fmt: skip
     s_low, s_high = wilson_interval(successes, len(tasks))
     steps = [s for t in tasks for s in t.steps]
@@ -197,12 +229,13 @@ class RunOutcomes:
 
     outcomes: tuple[tuple[str, bool, float], ...]  # (task_id, success, wall seconds)
     wall_s: float
+    agents: int = 1  # agents that ran the tasks at once
 
     @classmethod
-    def of(cls, tasks: Sequence[TaskRecord], wall_s: float) -> RunOutcomes:
+    def of(cls, tasks: Sequence[TaskRecord], wall_s: float, agents: int = 1) -> RunOutcomes:
         """From a run's scored task records (warm-up tasks are dropped here)."""
         kept = tuple((t.task_id, t.success, t.wall_s) for t in tasks if not t.warmup)
-        return cls(kept, wall_s)
+        return cls(kept, wall_s, agents)
 
     @property
     def tasks_per_hour(self) -> float:
@@ -210,29 +243,194 @@ class RunOutcomes:
         wins = sum(1 for _, ok, _ in self.outcomes if ok)
         return wins * 3600.0 / self.wall_s if self.wall_s > 0 else 0.0
 
-    def _rate(self, picks: Sequence[str]) -> float:
-        # A resample's wall time is the run's, scaled by its share of the task-seconds (as in
-        # `bootstrap_tasks_per_hour`): slow tasks drawn twice lengthen the window.
-        table = {tid: (ok, secs) for tid, ok, secs in self.outcomes}
-        total = sum(secs for _, _, secs in self.outcomes)
-        wins = sum(1 for tid in picks if table[tid][0])
-        share = sum(table[tid][1] for tid in picks) / total if total > 0 else 1.0
-        return wins * 3600.0 / (self.wall_s * share) if share > 0 and self.wall_s > 0 else 0.0
+    def only(self, ids: set[str]) -> RunOutcomes:
+        """The run restricted to task ids `ids`, its window scaled to their makespan's share."""
+        kept = tuple(o for o in self.outcomes if o[0] in ids)
+        if len(kept) == len(self.outcomes):
+            return self
+        full = makespan([o[2] for o in self.outcomes], self.agents)
+        share = makespan([o[2] for o in kept], self.agents) / full if full > 0 else 1.0
+        return RunOutcomes(kept, self.wall_s * share, self.agents)
+
+
+@dataclass(frozen=True)
+class BetweenRunNoise:
+    """How much one round's paired log ratio moves between fresh starts, as measured.
+
+    `log_sd` is the standard deviation of log(candidate tasks/h / baseline tasks/h) of one
+    round, from repeated fresh starts of the same configs; `df` its degrees of freedom (how
+    many repeats stand behind it). A study stores the value it used
+    (`tuner.attrs.StudyAttr.BETWEEN_RUN_NOISE`) so its verdicts can be recomputed.
+    """
+
+    log_sd: float
+    df: int
+    source: str
+
+    def to_json(self) -> dict[str, Any]:
+        """As stored on the study."""
+        return {"log_sd": self.log_sd, "df": self.df, "source": self.source}
+
+    @classmethod
+    def from_json(cls, value: object) -> BetweenRunNoise | None:
+        """From `to_json`'s dict; None when absent or malformed."""
+        if not isinstance(value, Mapping):
+            return None
+        sd, df = value.get("log_sd"), value.get("df")
+        if not isinstance(sd, int | float) or not isinstance(df, int) or sd <= 0 or df < 1:
+            return None
+        return cls(float(sd), int(df), str(value.get("source") or "stored with the study"))
+
+
+# Derived by `benchmarks/decision_sim.py` from the recorded CPU runs (docs/decision-sim.md):
+# log tasks/h of repeated fresh starts of the same config (3 configs x 3 starts in
+# benchmarks/data/grid-smollm2-135m-cpu.json, 2 configs x 3 starts in
+# benchmarks/data/repeatability-smollm2-135m-cpu.json) have a pooled sd of 0.0238 over 10
+# degrees of freedom; a round's log ratio of two such starts has sqrt(2) times that.
+DEFAULT_NOISE = BetweenRunNoise(
+    log_sd=0.0337,
+    df=10,
+    source="repeated CPU starts in benchmarks/data (docs/decision-sim.md)",
+)
+
+
+def _betacf(a: float, b: float, x: float) -> float:
+    # Continued fraction of the regularized incomplete beta (Lentz's method).
+    tiny, qab, qap, qam = 1e-300, a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 300):
+        m2 = 2 * m
+        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c if abs(1.0 + aa / c) > tiny else tiny
+        h *= d * c
+        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c if abs(1.0 + aa / c) > tiny else tiny
+        step = d * c
+        h *= step
+        if abs(step - 1.0) < 1e-12:
+            break
+    return h
+
+
+def _betai(a: float, b: float, x: float) -> float:
+    """The regularized incomplete beta I_x(a, b)."""
+    if x <= 0:
+        return 0.0
+    if x >= 1:
+        return 1.0
+    front = math.exp(
+        math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    )
+    if x < (a + 1) / (a + b + 2):
+        return front * _betacf(a, b, x) / a
+    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
+
+
+def f_sf(f: float, d1: int, d2: int) -> float:
+    """P(F > f) for Fisher's F with (d1, d2) degrees of freedom."""
+    if f <= 0:
+        return 1.0
+    return _betai(d2 / 2, d1 / 2, d2 / (d2 + d1 * f))
+
+
+# A study's own baseline starts override the recorded noise when they are this unlikely under it.
+NOISE_CHECK_ALPHA = 0.05
+
+
+def noise_for_study(
+    recorded: BetweenRunNoise, baseline_tph: Sequence[float], *, alpha: float = NOISE_CHECK_ALPHA
+) -> BetweenRunNoise:
+    """The recorded between-run noise, unless this study's own baseline starts show a noisier
+    machine.
+
+    Two fresh starts of the baseline at different times differ in log tasks/h with the same
+    variance as a round's paired log ratio of runs at different times, so m baseline starts
+    estimate it (twice their sample variance of log tasks/h, m - 1 df). When that estimate
+    is above the recorded one beyond chance (one-sided F-test at `alpha`), the recorded noise
+    does not describe this machine (a busier box, another card) and the study's own is used.
+    """
+    logs = [math.log(v) for v in baseline_tph if v > 0]
+    m = len(logs)
+    if m < 2:
+        return recorded
+    mean = sum(logs) / m
+    own = 2 * sum((x - mean) ** 2 for x in logs) / (m - 1)
+    if f_sf(own / recorded.log_sd**2, m - 1, recorded.df) >= alpha:
+        return recorded
+    return BetweenRunNoise(
+        math.sqrt(own),
+        m - 1,
+        f"this study's {m} baseline starts, beyond the recorded {recorded.log_sd:.3f} "
+        f"(F-test p < {alpha:g})",
+    )
+
+
+def student_t_cdf(t: float, df: int) -> float:
+    """P(T <= t) for Student's t with integer `df` >= 1 (closed form, Abramowitz-Stegun 26.7)."""
+    if df < 1:
+        raise ValueError("df must be at least 1")
+    theta = math.atan(abs(t) / math.sqrt(df))
+    c2 = math.cos(theta) ** 2
+    if df % 2 == 1:
+        term, total = 1.0, 1.0
+        for k in range(1, (df - 1) // 2):
+            term *= c2 * (2 * k) / (2 * k + 1)
+            total += term
+        tail = math.sin(theta) * math.cos(theta) * total if df > 1 else 0.0
+        inside = 2 / math.pi * (theta + tail)
+    else:
+        term, total = 1.0, 1.0
+        for k in range(1, df // 2):
+            term *= c2 * (2 * k - 1) / (2 * k)
+            total += term
+        inside = math.sin(theta) * total
+    return 0.5 + math.copysign(inside / 2, t)
+
+
+def student_t_quantile(p: float, df: int) -> float:
+    """The t with `student_t_cdf(t, df) == p` (bisection; 0 < p < 1)."""
+    if not 0 < p < 1:
+        raise ValueError("p must be in (0, 1)")
+    low, high = -1e6, 1e6
+    for _ in range(200):
+        mid = (low + high) / 2
+        if student_t_cdf(mid, df) < p:
+            low = mid
+        else:
+            high = mid
+        if high - low < 1e-10:
+            break
+    return (low + high) / 2
 
 
 @dataclass(frozen=True)
 class PairedEstimate:
-    """Candidate tasks/h over the baseline's, paired by round and task, with its interval."""
+    """Candidate tasks/h over the baseline's, one paired ratio per round, with its interval.
+
+    `ratio` is the geometric mean of the rounds' paired ratios; the interval is a t-interval
+    on their log ratios whose variance pools the rounds' spread with the recorded between-run
+    noise (`noise`); `p_value` is the one-sided p of "not faster" (ratio <= 1).
+    """
 
     ratio: float
     low: float
     high: float
     rounds: int
     tasks: int
+    p_value: float = 1.0
+    df: int = 0
+    noise: BetweenRunNoise = DEFAULT_NOISE
+    round_ratios: tuple[float, ...] = ()
 
     @property
     def beats(self) -> bool:
-        """The whole interval is above 1: the candidate is faster beyond the noise."""
+        """The whole interval is above 1 (one test alone; a study corrects for several)."""
         return self.low > 1.0
 
     @property
@@ -241,37 +439,53 @@ class PairedEstimate:
         return self.high < 1.0
 
     def describe(self) -> str:
-        """e.g. "x1.12 [1.05, 1.19] over 3 rounds of 12 tasks"."""
+        """e.g. "x1.12 [1.05, 1.19] over 3 rounds of 12 tasks (...between-run...)"."""
         rounds = f"{self.rounds} round{'s' if self.rounds != 1 else ''}"
         interval = f"[{self.low:.3f}, {self.high:.3f}]"
-        return f"x{self.ratio:.3f} {interval} over {rounds} of {self.tasks} tasks"
+        where = (
+            self.noise.source
+            if self.noise.source.startswith("this study")
+            else "from repeated starts"
+        )
+        sd = f"run-to-run sd {self.noise.log_sd:.3f} of the log ratio, {where}"
+        if self.rounds == 1:
+            how = f"one round, so the interval is the between-run term: {sd}"
+        else:
+            how = f"interval over the rounds, with the between-run term: {sd}"
+        return f"x{self.ratio:.3f} {interval} over {rounds} of {self.tasks} tasks; {how}"
 
 
 def paired_ratio(
     candidate: Sequence[RunOutcomes],
     baseline: Sequence[RunOutcomes],
     *,
-    resamples: int = 2000,
-    seed: int = 0,
+    noise: BetweenRunNoise = DEFAULT_NOISE,
     confidence: float = 0.95,
+    noise_check_alpha: float = NOISE_CHECK_ALPHA,
 ) -> PairedEstimate | None:
-    """Paired bootstrap of (mean candidate tasks/h) / (mean baseline tasks/h).
+    """Per-round paired ratios of tasks/h and a t-interval over the rounds.
 
-    Run i of the candidate is paired with run i of the baseline (same round); within a round,
-    tasks are paired by id. Each resample draws rounds (when there are several) and task ids
-    with replacement and applies the same draw to both sides, so what every config shares
-    (the task mix, a slow moment of the machine within a round) cancels.
+    Run i of the candidate is paired with run i of the baseline (the same round); within a
+    round both sides are restricted to the task ids every run played, so the task mix cancels.
+    Each round gives log(candidate tasks/h / baseline tasks/h). With R rounds and the recorded
+    noise (sd s0 over d0 degrees of freedom), the variance of one round's log ratio is
+    (d0 s0^2 + sum of squared deviations) / (d0 + R - 1): the recorded noise weighs as d0
+    earlier rounds, so two rounds that happen to agree do not make a narrow interval, and
+    many rounds that disagree widen it. The interval is mean +- t(d0 + R - 1) x sd / sqrt(R).
+    When the rounds' own variance is above s0^2 beyond chance (one-sided F-test at
+    `noise_check_alpha`), the recorded noise does not describe this machine and is dropped:
+    the interval is the rounds' alone (t with R - 1 df).
 
     Args:
         candidate: The candidate's runs, one per round.
         baseline: The baseline's runs, same rounds, same order.
-        resamples: Bootstrap resamples.
-        seed: Seed of the resampling.
-        confidence: Coverage of the interval.
+        noise: The recorded between-run noise of a round's log ratio.
+        confidence: Coverage of the (two-sided) interval.
+        noise_check_alpha: Level of the check that the rounds fit the recorded noise.
 
     Returns:
         The estimate, or None when there is nothing to pair (no rounds, no common task, or a
-        baseline that completed nothing).
+        side that completed nothing in some round).
     """
     pairs = list(zip(candidate, baseline, strict=False))
     if not pairs:
@@ -279,34 +493,58 @@ def paired_ratio(
     common = set.intersection(
         *({tid for tid, _, _ in run.outcomes} for pair in pairs for run in pair)
     )
-    ids = sorted(common)
-    if not ids:
+    if not common:
         return None
-    pairs = [(_only(c, common), _only(b, common)) for c, b in pairs]
-    base_mean = sum(b.tasks_per_hour for _, b in pairs)
-    if base_mean <= 0:
-        return None
-    point = sum(c.tasks_per_hour for c, _ in pairs) / base_mean
-    rng = random.Random(seed)
-    ratios: list[float] = []
-    for _ in range(resamples):
-        rounds = rng.choices(pairs, k=len(pairs)) if len(pairs) > 1 else pairs
-        picks = rng.choices(ids, k=len(ids))
-        den = sum(b._rate(picks) for _, b in rounds)
-        if den > 0:
-            ratios.append(sum(c._rate(picks) for c, _ in rounds) / den)
-    tail = (1 - confidence) / 2 * 100
-    low, high = percentile(ratios, tail), percentile(ratios, 100 - tail)
-    if low is None or high is None:
-        return None
-    return PairedEstimate(point, low, high, len(pairs), len(ids))
+    logs: list[float] = []
+    for c, b in pairs:
+        c_rate, b_rate = c.only(common).tasks_per_hour, b.only(common).tasks_per_hour
+        if c_rate <= 0 or b_rate <= 0:
+            return None
+        logs.append(math.log(c_rate / b_rate))
+    r = len(logs)
+    mean = sum(logs) / r
+    squares = sum((x - mean) ** 2 for x in logs)
+    if r > 1 and f_sf(squares / (r - 1) / noise.log_sd**2, r - 1, noise.df) < noise_check_alpha:
+        # The rounds disagree beyond the recorded noise: it does not describe this machine,
+        # so the rounds' own spread alone makes the interval.
+        noise = BetweenRunNoise(
+            math.sqrt(squares / (r - 1)),
+            r - 1,
+            f"this study's {r} rounds, beyond the recorded {noise.log_sd:.3f} "
+            f"(F-test p < {noise_check_alpha:g})",
+        )
+        df = r - 1
+        sd = noise.log_sd
+    else:
+        df = noise.df + r - 1
+        sd = math.sqrt((noise.df * noise.log_sd**2 + squares) / df)
+    se = sd / math.sqrt(r)
+    t = student_t_quantile(1 - (1 - confidence) / 2, df)
+    p = 1.0 - student_t_cdf(mean / se, df) if se > 0 else (0.0 if mean > 0 else 1.0)
+    return PairedEstimate(
+        ratio=math.exp(mean),
+        low=math.exp(mean - t * se),
+        high=math.exp(mean + t * se),
+        rounds=r,
+        tasks=len(common),
+        p_value=p,
+        df=df,
+        noise=noise,
+        round_ratios=tuple(math.exp(x) for x in logs),
+    )
 
 
-def _only(run: RunOutcomes, ids: set[str]) -> RunOutcomes:
-    kept = tuple(o for o in run.outcomes if o[0] in ids)
-    if len(kept) == len(run.outcomes):
-        return run
-    # Scale the window to the kept tasks' share of the task-seconds.
-    total = sum(o[2] for o in run.outcomes)
-    share = sum(o[2] for o in kept) / total if total > 0 else 1.0
-    return RunOutcomes(kept, run.wall_s * share)
+def holm(p_values: Mapping[int, float], alpha: float = 0.025) -> set[int]:
+    """Keys whose one-sided test is rejected by Holm's step-down at family-wise `alpha`.
+
+    The i-th smallest of m p-values must be at most alpha / (m - i); the first that is not
+    stops the procedure.
+    """
+    ordered = sorted(p_values.items(), key=lambda kv: (kv[1], kv[0]))
+    m = len(ordered)
+    rejected: set[int] = set()
+    for i, (key, p) in enumerate(ordered):
+        if p > alpha / (m - i):
+            break
+        rejected.add(key)
+    return rejected

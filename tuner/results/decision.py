@@ -1,31 +1,43 @@
 """Which configs beat the baseline, on what evidence, and which changed the answers.
 
-`judge_study` gives one `Verdict` per exportable config. Its speed comes from a paired
-comparison with the baseline (`tuner.metrics.paired_ratio`): from the confirmation rounds when
-the config was confirmed (the search-time run is left out there, since it was picked for being
-high), else from its one search-time run paired task by task with the baseline's. Correctness
-comes from the greedy probe against the floor of two baseline starts and, in live mode, from the
-success rate against the baseline's (two-proportion test). The export rule
-(`tuner.results.export.choose_export`) keeps the configs whose paired interval is above 1 and
-that did not change outputs, then picks the best of those.
+`judge_study` gives one `Verdict` per exportable config. Candidates are picked on the search
+and judged on the confirmation: a config with confirmation runs is judged only on them, paired
+round by round with the baseline's run of the same round (`tuner.metrics.paired_ratio`: one
+ratio per round, an interval over the rounds that includes the recorded between-run noise); its
+search-time run, picked for being high, is left out. A round whose baseline run is missing is
+not paired, and is named (`Verdict.missing_base_rounds`); a confirmation start of the config
+that failed counts against it (`Verdict.failed_runs`: such a config is never exported). A
+config without confirmation runs is judged on its one search-time run paired with the
+baseline's: one round, so its interval is the between-run term. For such a pair that term is
+the recorded noise unless the study's own baseline starts show a noisier machine
+(`study_noise`): on a 2-core box whose load changed, two identical configs' search runs
+differed by 34% (docs/decisions.md, the A/A study).
+
+Correctness comes from the greedy probe against the floor of two baseline starts and, in live
+mode, from the success rate against the baseline's, paired by task id within rounds (McNemar on
+the discordant tasks, `tuner.metrics.paired_success_drop`). The export rule
+(`tuner.results.export.choose_export`) corrects the speed tests for how many configs it judged.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
 from tuner.metrics import (
+    BetweenRunNoise,
     OutputCheck,
     PairedEstimate,
     RunOutcomes,
     judge_outputs,
     paired_ratio,
-    two_proportion_drop,
+    paired_success_drop,
 )
+from tuner.metrics.scoring import noise_for_study
 from tuner.results.loading import StudyResults, TrialRow
 
-__all__ = ["SUCCESS_DROP_ALPHA", "Verdict", "judge_study"]
+__all__ = ["SUCCESS_DROP_ALPHA", "Verdict", "judge_study", "study_noise"]
 
 SUCCESS_DROP_ALPHA: Final = 0.05
 
@@ -36,17 +48,30 @@ class Verdict:
 
     trial: TrialRow  # the search trial of the config
     search_tph: float | None
-    confirmed_tph: float | None  # mean over its confirmation runs; None: not confirmed
-    confirmed_runs: int
-    confirmed_range: tuple[float, float] | None  # lowest and highest confirmation run
+    confirmed_tph: float | None  # mean over its paired confirmation rounds; None: none
+    confirmed_runs: int  # paired confirmation rounds (a round with its baseline run)
+    confirmed_range: tuple[float, float] | None  # lowest and highest paired confirmation run
     paired: PairedEstimate | None  # vs the baseline; None when nothing could be paired
     outputs: OutputCheck | None  # greedy probe vs the baseline; None: no probe
-    success_drop_p: float | None  # live mode: one-sided p of a lower success rate
+    success_drop_p: float | None  # live mode: one-sided p of fewer solved tasks (McNemar)
+    failed_runs: tuple[str, ...] = ()  # its confirmation starts that failed, in words
+    missing_base_rounds: tuple[int, ...] = ()  # its rounds without a baseline run
+    base_confirmed_tph: float | None = None  # the baseline's mean over the same paired rounds
 
     @property
     def confirmed(self) -> bool:
-        """True when the speed comes from confirmation rounds."""
+        """True when the speed comes from paired confirmation rounds."""
         return self.confirmed_runs > 0
+
+    @property
+    def confirmation_attempted(self) -> bool:
+        """The confirmation stage ran this config (even if no round could be paired)."""
+        return self.confirmed_runs > 0 or bool(self.failed_runs or self.missing_base_rounds)
+
+    @property
+    def unreliable(self) -> bool:
+        """A confirmation start failed: a config that cannot start reliably is not exported."""
+        return bool(self.failed_runs)
 
     @property
     def changes_outputs(self) -> bool:
@@ -56,7 +81,8 @@ class Verdict:
 
     @property
     def beats_baseline(self) -> bool:
-        """The paired interval is entirely above 1."""
+        """The paired interval is entirely above 1 (this test alone; the export corrects for
+        the number of configs it judges)."""
         return self.paired is not None and self.paired.beats
 
     @property
@@ -72,37 +98,82 @@ class Verdict:
         if self.success_drop_p is not None:
             dropped = self.success_drop_p < SUCCESS_DROP_ALPHA
             verdict = "a significant drop" if dropped else "no drop"
-            parts.append(f"success rate vs baseline: {verdict} (p = {self.success_drop_p:.3f})")
+            parts.append(
+                f"solved tasks vs baseline, paired by task: {verdict} "
+                f"(McNemar p = {self.success_drop_p:.3f})"
+            )
         text = "; ".join(parts) or "not checked"
         return ("changes outputs: " + text) if self.changes_outputs else text
 
+    def problems(self) -> str | None:
+        """Failed starts and missing baseline rounds, in words; None when there are none."""
+        parts = []
+        if self.failed_runs:
+            parts.append("confirmation start failed: " + "; ".join(self.failed_runs))
+        if self.missing_base_rounds:
+            rounds = ", ".join(str(r) for r in self.missing_base_rounds)
+            parts.append(
+                f"no baseline run in round {rounds} (not paired; `tuner confirm` re-runs it)"
+            )
+        return "; ".join(parts) or None
 
-def _outcomes(rows: list[TrialRow]) -> list[RunOutcomes] | None:
+
+def _outcomes(rows: Sequence[TrialRow]) -> list[RunOutcomes] | None:
     runs = [r.outcomes for r in rows]
     return None if any(r is None for r in runs) else [r for r in runs if r is not None]
 
 
-def _mean(rows: list[TrialRow]) -> float | None:
+def _mean(rows: Sequence[TrialRow]) -> float | None:
     values = [r.tasks_per_hour for r in rows if r.tasks_per_hour is not None]
     return sum(values) / len(values) if values else None
 
 
-def _range(rows: list[TrialRow]) -> tuple[float, float] | None:
+def _range(rows: Sequence[TrialRow]) -> tuple[float, float] | None:
     values = [r.tasks_per_hour for r in rows if r.tasks_per_hour is not None]
     return (min(values), max(values)) if values else None
 
 
-def _paired(results: StudyResults, t: TrialRow, base: TrialRow) -> PairedEstimate | None:
+def _failure(row: TrialRow) -> str:
+    kind = row.failure_kind or ("infeasible" if row.infeasible else "failed")
+    reason = f": {row.failure_reason}" if row.failure_reason else ""
+    return f"round {row.confirm_round} (trial #{row.number}) {kind}{reason}"
+
+
+def _pairs(
+    results: StudyResults, t: TrialRow, base: TrialRow
+) -> tuple[list[tuple[TrialRow, TrialRow]], tuple[int, ...]]:
+    """The (candidate, baseline) runs that count: its confirmation rounds that have a baseline
+    run, or, when it has no confirmation run at all, its search-time run with the baseline's.
+    Also the rounds that lack a baseline run."""
     mine, theirs = results.confirm_runs(t.number), results.confirm_runs(base.number)
+    if not mine:
+        return ([(t, base)] if not results.confirm_failures(t.number) else []), ()
     by_round = {r.confirm_round: r for r in theirs}
     pairs = [(r, by_round[r.confirm_round]) for r in mine if r.confirm_round in by_round]
-    if pairs:
-        cand, bases = _outcomes([c for c, _ in pairs]), _outcomes([b for _, b in pairs])
-    else:
-        cand, bases = _outcomes([t]), _outcomes([base])
+    missing = tuple(r.confirm_round or 0 for r in mine if r.confirm_round not in by_round)
+    return pairs, missing
+
+
+def _paired(
+    noise: BetweenRunNoise, pairs: list[tuple[TrialRow, TrialRow]]
+) -> PairedEstimate | None:
+    if not pairs:
+        return None
+    cand, bases = _outcomes([c for c, _ in pairs]), _outcomes([b for _, b in pairs])
     if not cand or not bases:
         return None
-    return paired_ratio(cand, bases)
+    return paired_ratio(cand, bases, noise=noise)
+
+
+def study_noise(results: StudyResults) -> BetweenRunNoise:
+    """The between-run noise the verdicts use: the recorded one (stored with the study), unless
+    the study's own baseline starts (search run, floor, confirmation runs) show a noisier
+    machine (`tuner.metrics.noise_for_study`)."""
+    base = results.baseline
+    if base is None:
+        return results.noise
+    runs = [base, *results.confirm_runs(base.number)]
+    return noise_for_study(results.noise, [r.tasks_per_hour or 0.0 for r in runs])
 
 
 def _outputs(results: StudyResults, t: TrialRow, base: TrialRow) -> OutputCheck | None:
@@ -110,40 +181,51 @@ def _outputs(results: StudyResults, t: TrialRow, base: TrialRow) -> OutputCheck 
     probe = t.probe or next((r.probe for r in results.confirm_runs(t.number) if r.probe), None)
     if reference is None or probe is None:
         return None
-    # Every later start of the baseline (its confirmation runs) adds to the floor.
+    # Every later start of the baseline (its confirmation runs, the floor start) adds to the
+    # floor.
     restarts = [r.probe.outputs for r in results.confirm_runs(base.number) if r.probe]
     return judge_outputs(reference.outputs, probe.outputs, *restarts)
 
 
-def _success_drop(results: StudyResults, t: TrialRow, base: TrialRow) -> float | None:
+def _success_drop(results: StudyResults, pairs: list[tuple[TrialRow, TrialRow]]) -> float | None:
     if not results.graded:
         return None  # replay and traces complete tasks; nothing was graded
-
-    def pooled(rows: list[TrialRow]) -> tuple[int, int]:
-        return (sum(r.successes or 0 for r in rows), sum(r.tasks or 0 for r in rows))
-
-    mine = results.confirm_runs(t.number) or [t]
-    theirs = results.confirm_runs(base.number) or [base]
-    (s1, n1), (s2, n2) = pooled(mine), pooled(theirs)
-    return two_proportion_drop(s1, n1, s2, n2)
+    tasks: list[tuple[bool, bool]] = []
+    for cand, base in pairs:
+        if cand.outcomes is None or base.outcomes is None:
+            continue
+        theirs = {tid: ok for tid, ok, _ in base.outcomes.outcomes}
+        tasks += [(ok, theirs[tid]) for tid, ok, _ in cand.outcomes.outcomes if tid in theirs]
+    return paired_success_drop(tasks)
 
 
 def judge_study(results: StudyResults) -> dict[int, Verdict]:
     """A verdict per exportable config other than the baseline, keyed by trial number."""
     base = results.baseline
+    noise = study_noise(results)
     out: dict[int, Verdict] = {}
     for t in results.trials:
         if not t.exportable or (base is not None and t.number == base.number):
             continue
-        runs = results.confirm_runs(t.number)
+        failed = tuple(_failure(r) for r in results.confirm_failures(t.number))
+        if base is None:
+            out[t.number] = Verdict(t, t.tasks_per_hour, None, 0, None, None, None, None, failed)
+            continue
+        pairs, missing = _pairs(results, t, base)
+        confirmed = [c for c, _ in pairs if c.number != t.number]
         out[t.number] = Verdict(
             trial=t,
             search_tph=t.tasks_per_hour,
-            confirmed_tph=_mean(runs),
-            confirmed_runs=len(runs),
-            confirmed_range=_range(runs),
-            paired=_paired(results, t, base) if base is not None else None,
-            outputs=_outputs(results, t, base) if base is not None else None,
-            success_drop_p=_success_drop(results, t, base) if base is not None else None,
+            confirmed_tph=_mean(confirmed),
+            confirmed_runs=len(confirmed),
+            confirmed_range=_range(confirmed),
+            # Confirmation rounds are interleaved and carry their own spread; a search-time pair
+            # spans the machine's drift between two trials, which the baseline's starts show.
+            paired=_paired(results.noise if confirmed else noise, pairs),
+            outputs=_outputs(results, t, base),
+            success_drop_p=_success_drop(results, pairs),
+            failed_runs=failed,
+            missing_base_rounds=missing,
+            base_confirmed_tph=_mean([b for c, b in pairs if c.number != t.number]),
         )
     return out

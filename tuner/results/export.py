@@ -1,7 +1,8 @@
 """`tuner export`: the server a user should run, as a command, a unit file or a compose service.
 
-`choose_export` picks the trial: the best feasible one by successful tasks/hour, unless it does
-not beat the baseline (no speculation) beyond both intervals; then the baseline, with the reason.
+`choose_export` picks the trial: a config that beats the baseline (no speculation) on its paired
+rounds, Holm-corrected over the configs judged, else the baseline, with the reason; without
+confirmation rounds the choice is labelled "unconfirmed".
 The published lesson (docs/workload.md) is that on agent traffic "no speculation" is often the
 right answer, so a speculative config has to earn its place. `render_export` writes the choice
 in one of `FORMATS`, each starting with comment lines that say what was measured.
@@ -19,6 +20,7 @@ import yaml
 from pydantic import ValidationError
 
 from tuner.errors import ConfigError, StudyError, first_error
+from tuner.metrics import holm
 from tuner.results.decision import Verdict, judge_study
 from tuner.results.emulated import for_the_emulated_card
 from tuner.results.formats import (
@@ -64,6 +66,8 @@ class ExportChoice:
     verdicts: Mapping[int, Verdict] = field(default_factory=dict)
     mode: str | None = None
     mode_note: str | None = None
+    confirmed: bool = False  # judged on confirmation rounds (False: "unconfirmed")
+    judged: int = 0  # configs the win test was corrected over (Holm)
 
     @property
     def fell_back(self) -> bool:
@@ -95,18 +99,31 @@ def _score(t: TrialRow) -> str:
 
 def _evidence(v: Verdict) -> str:
     if v.paired is None:
-        return "no paired measurement with the baseline"
-    where = "confirmation rounds" if v.confirmed else "its search-time run, paired by task"
-    return f"paired tasks/h ratio to the baseline {v.paired.describe()} ({where})"
+        return v.problems() or "no paired measurement with the baseline"
+    where = (
+        "on its confirmation rounds" if v.confirmed else "on its one search-time run (unconfirmed)"
+    )
+    text = f"paired tasks/h ratio to the baseline {where}: {v.paired.describe()}"
+    problems = v.problems()
+    return f"{text}; {problems}" if problems else text
+
+
+# One-sided family-wise error of "beats the baseline" over the configs judged (Holm).
+WIN_ALPHA: Final = 0.025
 
 
 def choose_export(results: StudyResults) -> ExportChoice:
     """Pick the trial to export from a study.
 
-    Every config is first filtered by its paired comparison with the baseline (interval
-    above 1) and its correctness (outputs not changed); the best survivor by paired ratio is
-    exported, else the baseline. When confirmation ran, only confirmed configs compete: their
-    search-time scores were picked for being high and are not evidence on their own.
+    Candidates are picked on the search and judged on the confirmation. When the confirmation
+    stage ran, only the configs it re-ran are judged, on their paired rounds alone (their
+    search-time runs were picked for being high and are not evidence). Without it (`--confirm
+    0`, or no confirmation round of any candidate could be paired), every candidate is judged
+    on its one search-time run, and the export says "unconfirmed". Either way a config
+    "beats the baseline" only when its paired test passes Holm's correction over all the
+    configs judged (family-wise one-sided 2.5%), its interval includes the between-run term,
+    it did not change outputs and none of its confirmation starts failed. The best such config
+    by paired ratio is exported, else the baseline.
 
     Raises:
         StudyError: the study has no completed feasible trial yet.
@@ -119,41 +136,66 @@ def choose_export(results: StudyResults) -> ExportChoice:
         )
     base = results.baseline
     verdicts = judge_study(results)
-    confirmed = {n: v for n, v in verdicts.items() if v.confirmed}
-    pool = confirmed or verdicts
+    attempted = {n: v for n, v in verdicts.items() if v.confirmation_attempted}
+    confirmed_mode = any(v.confirmed or v.unreliable for v in attempted.values())
+    pool = attempted if confirmed_mode else verdicts
     ranked = sorted(pool.values(), key=lambda v: (-(v.estimate or 0.0), v.trial.number))
     # Ties go to the lower trial number: the baseline runs first, and it is the simpler server.
     best = max(candidates, key=lambda t: (_tph(t), -t.number))
     base_estimate = None
     if ranked and base is not None:
-        # Like against like: confirmed candidates meet the baseline's confirmed runs.
-        runs = results.confirm_runs(base.number) if confirmed else []
-        base_estimate = sum(_tph(r) for r in runs) / len(runs) if runs else _tph(base)
-        top = ranked[0].trial
-        best = top if (ranked[0].estimate or 0.0) > base_estimate else base
+        # Like against like: a confirmed candidate meets the baseline's runs of its own rounds.
+        top_v = ranked[0]
+        base_estimate = (
+            top_v.base_confirmed_tph
+            if confirmed_mode and top_v.base_confirmed_tph is not None
+            else _tph(base)
+        )
+        top = top_v.trial
+        best = top if (top_v.estimate or 0.0) > base_estimate else base
+    p_values = {
+        n: (
+            v.paired.p_value
+            if v.paired is not None and not v.changes_outputs and not v.unreliable
+            else 1.0
+        )
+        for n, v in pool.items()
+    }
+    winners = holm(p_values, WIN_ALPHA) if base is not None else set()
+    label = "" if confirmed_mode else "unconfirmed: "
 
     def choice(trial: TrialRow, reason: str) -> ExportChoice:
         return ExportChoice(
             trial=trial,
             best=best,
             baseline=base,
-            reason=reason,
+            reason=label + reason,
             study_name=results.study_name,
             model=results.model,
             gpu=results.gpu,
             verdicts=verdicts,
             mode=results.mode,
             mode_note=results.mode_note,
+            confirmed=confirmed_mode,
+            judged=len(pool),
         )
 
     if base is None:
         return choice(
             best, f"no baseline was measured, so trial #{best.number} is exported unchallenged"
         )
-    passing = [v for v in pool.values() if v.beats_baseline and not v.changes_outputs]
-    if passing:
-        win = max(passing, key=lambda v: (v.paired.ratio if v.paired else 0.0, -v.trial.number))
-        reason = f"#{win.trial.number} beats the baseline (no speculation): {_evidence(win)}"
+    if winners:
+        win = max(
+            (pool[n] for n in winners),
+            key=lambda v: (v.paired.ratio if v.paired else 0.0, -v.trial.number),
+        )
+        assert win.paired is not None
+        m = len(pool)
+        reason = (
+            f"#{win.trial.number} beats the baseline (no speculation): {_evidence(win)}; "
+            f"one-sided p = {win.paired.p_value:.2g}, Holm-corrected over {m} "
+            f"config{'s' if m != 1 else ''} judged"
+        )
         if win.trial.number != best.number and best.number != base.number:
             other = verdicts[best.number]
             why_not = "it changes outputs" if other.changes_outputs else _evidence(other)
@@ -168,7 +210,7 @@ def choose_export(results: StudyResults) -> ExportChoice:
     if best.number == base.number:
         what = (
             f"confirmed: {base_estimate or 0.0:,.0f}"
-            if confirmed
+            if confirmed_mode
             else f"search-time: {_score(base)}"
         )
         return choice(
@@ -178,10 +220,15 @@ def choose_export(results: StudyResults) -> ExportChoice:
             f"#{ranked[0].trial.number}, had {_evidence(ranked[0])}",
         )
     top_verdict = verdicts[best.number]
-    if top_verdict.changes_outputs:
+    if top_verdict.unreliable:
+        why = f"it could not start reliably ({top_verdict.problems()})"
+    elif top_verdict.changes_outputs:
         why = f"it changes outputs ({top_verdict.correctness()})"
     else:
-        why = f"it is not faster beyond the noise: {_evidence(top_verdict)}"
+        why = (
+            f"it is not faster beyond the noise (Holm-corrected over {len(pool)} "
+            f"config{'s' if len(pool) != 1 else ''} judged): {_evidence(top_verdict)}"
+        )
     # The published lesson applies to speculation; a memory-only change gets a plainer why.
     lesson = (
         "on agent traffic speculation often costs more (KV cache, prefix reuse) than it gains"
@@ -243,9 +290,17 @@ def _measured(choice: ExportChoice, t: TrialRow) -> dict[str, Any]:
         out["confirmation_runs"] = v.confirmed_runs
         if v.paired is not None:
             p = v.paired
-            out["paired_ratio_to_baseline"] = {"ratio": p.ratio, "interval": [p.low, p.high]}
+            out["paired_ratio_to_baseline"] = {
+                "ratio": p.ratio,
+                "interval": [p.low, p.high],
+                "rounds": p.rounds,
+                "p_value": p.p_value,
+                "between_run_log_sd": p.noise.log_sd,
+            }
         out["correctness"] = v.correctness()
         out["changes_outputs"] = v.changes_outputs
+        if v.failed_runs:
+            out["failed_confirmation_starts"] = list(v.failed_runs)
     return out
 
 
@@ -258,6 +313,12 @@ def _comment_lines(choice: ExportChoice) -> list[str]:
     if choice.mode:
         note = f" ({choice.mode_note})" if choice.mode_note else ""
         lines.append(f"workload mode: {choice.mode}{note}")
+    if not choice.confirmed and base is not None:
+        lines.append(
+            "unconfirmed: no confirmation rounds; judged on one search-time run per config "
+            "(interval includes the between-run term); `tuner confirm --study "
+            f"{choice.study_name}` re-runs the top configs"
+        )
     lines += [
         f"trial #{t.number}: {t.label}",
         f"successful tasks/h: {_score(t)} (search-time run: estimate [interval low, high])",
@@ -272,6 +333,9 @@ def _comment_lines(choice: ExportChoice) -> list[str]:
         lines.append(f"correctness: {v.correctness()}")
     if base is not None and base.number != t.number:
         lines.append(f"baseline (no speculation, #{base.number}): {_score(base)}")
+    if not choice.confirmed and choice.best.number != t.number:
+        b = choice.best
+        lines.append(f"best search config (unconfirmed): #{b.number} {b.label} at {_score(b)}")
     facts = []
     if t.successes is not None and t.tasks is not None:
         facts.append(f"{_done_word(choice)} {t.successes} of {t.tasks} tasks")
@@ -294,6 +358,7 @@ def _document(choice: ExportChoice, argv: list[str]) -> dict[str, Any]:
         "measured": _measured(choice, choice.trial),
         "baseline": _measured(choice, choice.baseline) if choice.baseline is not None else None,
         "reason": choice.reason,
+        "confirmed": choice.confirmed,
     }
     if choice.fell_back:
         doc["best"] = _measured(choice, choice.best)

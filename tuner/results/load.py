@@ -6,7 +6,9 @@ per-task outcomes so that configs are compared task by task at the same load
 (`tuner.metrics.paired_ratio`). From the stored data alone this module gives:
 
 - the winner at each load by the export rule (`winner_at`): a config wins only if its paired
-  interval against the baseline lies above 1, else the baseline;
+  interval against the baseline lies above 1, else the baseline. Each load is one run per
+  config (one round), so that interval is the recorded between-run term, not the task spread
+  of the run;
 - the crossover in words ("n-gram depth 3 wins up to 2 agents, the baseline from 4");
 - one sentence per load against the reference load's answer ("for 4 agents, export X; for 1
   agent, Y would be 2.00x faster");
@@ -59,7 +61,7 @@ class LoadPoint:
 
     def run(self) -> RunOutcomes:
         """The point as the paired comparison reads it."""
-        return RunOutcomes(self.outcomes, self.wall_s)
+        return RunOutcomes(self.outcomes, self.wall_s, self.agents)
 
 
 @dataclass(frozen=True)

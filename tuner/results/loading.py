@@ -19,7 +19,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner.attrs import ControlKind, Role, StudyAttr, TrialAttr, role_from
 from tuner.errors import StudyError
-from tuner.metrics import RunOutcomes
+from tuner.metrics import DEFAULT_NOISE, BetweenRunNoise, RunOutcomes
 from tuner.records import ServerStartRecord, ThroughputRecord, WorkloadRecord
 from tuner.results.configs import MODE_NOTES, ReuseCounts, describe_config
 from tuner.results.load import LoadSweep, sweep_from_attrs
@@ -36,6 +36,7 @@ __all__ = [
     "load_results",
     "open_optuna_storage",
     "resolve_study_name",
+    "study_noise",
 ]
 
 
@@ -79,6 +80,7 @@ class TrialRow:
     success_rate: float | None = None
     mode: str | None = None  # the workload record's mode
     launched: tuple[str, ...] | None = None  # env (NAME=value) + argv of the server that ran
+    copy_of: int | None = None  # an A/A copy of the baseline (`--also-try baseline`)
 
     @property
     def method(self) -> str:
@@ -106,6 +108,8 @@ class TrialRow:
             return f"control for #{self.control_of}: {what}"
         if self.role == Role.CONFIRM:
             return f"confirmation of #{self.confirm_of}, round {self.confirm_round}"
+        if self.copy_of is not None:
+            return f"{describe_config(self.params)} (copy of #{self.copy_of}: A/A check)"
         return describe_config(self.params)
 
     @property
@@ -127,6 +131,9 @@ class StudyResults:
     trials: tuple[TrialRow, ...]
     mode: str | None = None  # "replay" | "live" | "traces"; None: not recorded
     sweep: LoadSweep | None = None  # `tuner sweep`'s stored load sweep, if it ran
+    # The run-to-run noise of a round's paired log ratio: the study's stored value, else the
+    # preset's, else the default measured on the CPU build (tuner.metrics.DEFAULT_NOISE).
+    noise: BetweenRunNoise = DEFAULT_NOISE
 
     @property
     def mode_note(self) -> str | None:
@@ -142,6 +149,21 @@ class StudyResults:
         """Finished confirmation runs of trial `number`'s config, by round."""
         runs = [t for t in self.trials if t.role == Role.CONFIRM and t.confirm_of == number]
         return sorted((t for t in runs if t.feasible), key=lambda t: t.confirm_round or 0)
+
+    def confirm_failures(self, number: int) -> list[TrialRow]:
+        """Confirmation runs of trial `number`'s config that did not give a score: a start
+        that failed or a config that could not serve. Interrupted runs are not among them
+        (they are re-queued and run again)."""
+        runs = [t for t in self.trials if t.role == Role.CONFIRM and t.confirm_of == number]
+        return sorted(
+            (
+                t
+                for t in runs
+                if (t.state == "fail" or t.infeasible)
+                and t.failure_kind not in _NOT_THE_CONFIGS_DOING
+            ),
+            key=lambda t: t.confirm_round or 0,
+        )
 
     @property
     def baseline(self) -> TrialRow | None:
@@ -164,6 +186,11 @@ class StudyResults:
     def not_run(self) -> list[TrialRow]:
         """Trials that produced no score: infeasible or failed."""
         return [t for t in self.trials if t.infeasible or t.state == "fail"]
+
+
+# Failure kinds that say nothing about the config (tuner.study.roles.NOT_MEASURED_KINDS): the
+# run is re-queued and runs again.
+_NOT_THE_CONFIGS_DOING = frozenset({"interrupted", "duplicate", "worker_crashed"})
 
 
 def open_optuna_storage(url: str) -> optuna.storages.RDBStorage:
@@ -225,7 +252,24 @@ def load_results(url: str, study: str | None = None) -> StudyResults:
         trials=tuple(sorted(rows, key=lambda r: r.number)),
         mode=_mode(study_attrs, rows),
         sweep=sweep_from_attrs(study_attrs),
+        noise=study_noise(study_attrs),
     )
+
+
+def study_noise(study_attrs: Mapping[str, Any]) -> BetweenRunNoise:
+    """The between-run noise a study's verdicts use: stored on the study, else its preset's
+    `between_run`, else `tuner.metrics.DEFAULT_NOISE`."""
+    stored = BetweenRunNoise.from_json(study_attrs.get(StudyAttr.BETWEEN_RUN_NOISE))
+    if stored is not None:
+        return stored
+    preset = study_attrs.get(StudyAttr.PRESET)
+    if isinstance(preset, Mapping):
+        part = preset.get("between_run")
+        if isinstance(part, Mapping):
+            given = BetweenRunNoise.from_json({**part, "source": "the preset's between_run"})
+            if given is not None:
+                return given
+    return DEFAULT_NOISE
 
 
 def _mode(study_attrs: Mapping[str, Any], rows: Sequence[TrialRow]) -> str | None:
@@ -327,11 +371,14 @@ def _row(trial: FrozenTrial, tables: _TrialTables) -> TrialRow:
         confirm_round=_opt_int(ua.get(TrialAttr.CONFIRM_ROUND)),
         probe=ProbeResult.from_json(ua.get(TrialAttr.PROBE)),
         outcomes=(
-            RunOutcomes.of(w.task_records, w.scored_wall_s) if w and w.task_records else None
+            RunOutcomes.of(w.task_records, w.scored_wall_s, w.agents)
+            if w and w.task_records
+            else None
         ),
         success_rate=w.success_rate if w else _opt_float(ua.get(TrialAttr.SUCCESS_RATE)),
         mode=w.mode if w else None,
         launched=_launched(tables.starts),
+        copy_of=_opt_int(ua.get(TrialAttr.COPY_OF)),
     )
 
 

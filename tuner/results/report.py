@@ -314,6 +314,10 @@ def summary_lines(results: StudyResults) -> list[str]:
             lines.append(f"#{v.trial.number} changes outputs, never exported: {v.correctness()}")
             firsts = _divergence_words(v)
             lines += [f"#{v.trial.number} first divergences: {firsts}"] if firsts else []
+        problems = v.problems()
+        if problems:
+            never = ", never exported" if v.unreliable else ""
+            lines.append(f"#{v.trial.number}{never}: {problems}")
     drift = baseline_drift_line(results)
     lines += [drift] if drift else []
     lines += [f"Why {sentence}" for _, sentence in why_tables(results)]

@@ -5,17 +5,29 @@ high partly by luck (regression to the mean). Confirmation re-runs the top K can
 baseline R more times each, round by round (baseline, c1, c2, baseline, c1, c2, ...), each run a
 fresh server start through the same workers. The runs are trials of role "confirm"
 (`tuner.study.roles`): stored like trials and counted in the study's GPU time, never sampled
-from, never counted toward `--n-trials`, never pruned. `tuner export` then decides on the pooled
-confirmation rounds, paired round by round with the baseline (`tuner.results.decision`), and
-the second baseline start gives the correctness probe its floor.
+from, never counted toward `--n-trials`, never pruned. `tuner export` then decides on the
+confirmation rounds alone, paired round by round with the baseline (`tuner.results.decision`).
+
+The guard always has its floor: the baseline's round-0 run is its second start, which the
+correctness probe needs to tell a changed output from restart noise. Every study with a
+candidate gets it, with `--confirm 0` too (then it is the only run). It runs first, so the
+candidates the probe flags are known before the slots are given out: confirmation skips them
+and takes the next candidate by search score.
+
+Nothing measured disappears: a candidate's failed confirmation start stays failed and counts
+against it (`tuner export` does not export it and says which start failed); a failed baseline
+run leaves its round unpaired, so it is run again (up to `BASELINE_ATTEMPTS` starts a round),
+by this stage and by a later `tuner confirm`.
 
 Lifecycle of `confirm_study`:
 
-1. Load the study and its preset; rank its completed, feasible candidates by search-time value.
-2. Queue the runs a previous (or interrupted) confirmation has not finished: a resumed study
-   confirms without repeating or losing runs.
-3. Run the queue (`tuner.study.driver.run_waiting`).
-4. Judge every config and write the verdicts, the workload mode and its meaning as study user
+1. Load the study and its preset; store the between-run noise the verdicts use.
+2. Run the floor start (the baseline's round 0) unless it ran.
+3. Judge the probe; rank the unflagged, completed, feasible candidates by search-time value.
+4. Queue the runs a previous (or interrupted) confirmation has not finished: a resumed study
+   confirms without repeating or losing runs; run the queue
+   (`tuner.study.driver.run_waiting`); queue a failed baseline round again and run it.
+5. Judge every config and write the verdicts, the workload mode and its meaning as study user
    attributes, which optuna-dashboard shows.
 """
 
@@ -32,9 +44,11 @@ from tuner.attrs import Role, StudyAttr, TrialAttr, role_from
 from tuner.errors import ConfigError, StudyError
 
 if TYPE_CHECKING:
+    from tuner.metrics import BetweenRunNoise
     from tuner.study.space import Preset
 
 __all__ = [
+    "BASELINE_ATTEMPTS",
     "DEFAULT_CONFIRM",
     "ConfirmPlan",
     "ConfirmSummary",
@@ -115,13 +129,25 @@ def _feasible(t: FrozenTrial) -> bool:
     )
 
 
-def plan_confirmation(trials: list[FrozenTrial], k: int) -> list[FrozenTrial]:
-    """The baseline, then the top `k` feasible candidates by search-time value (best first)."""
-    base = next((t for t in trials if _role(t) == Role.BASELINE and _feasible(t)), None)
+def _baseline(trials: list[FrozenTrial]) -> FrozenTrial | None:
+    return next((t for t in trials if _role(t) == Role.BASELINE and _feasible(t)), None)
+
+
+def plan_confirmation(
+    trials: list[FrozenTrial], k: int, *, skip: frozenset[int] | set[int] = frozenset()
+) -> list[FrozenTrial]:
+    """The baseline, then the top `k` feasible candidates by search-time value (best first),
+    leaving out the trials in `skip` (configs the correctness probe flagged)."""
+    base = _baseline(trials)
     if base is None:
         return []
     candidates = [
-        t for t in trials if _role(t) == Role.CANDIDATE and _feasible(t) and t.params != base.params
+        t
+        for t in trials
+        if _role(t) == Role.CANDIDATE
+        and _feasible(t)
+        and (t.params != base.params or TrialAttr.COPY_OF in t.user_attrs)
+        and t.number not in skip
     ]
     # One run per config: a repeated params set is the same server.
     seen: list[dict[str, Any]] = []
@@ -133,24 +159,44 @@ def plan_confirmation(trials: list[FrozenTrial], k: int) -> list[FrozenTrial]:
     return [base, *top[:k]]
 
 
+# Starts of the baseline a round gets before it is left unpaired: a missing baseline round is
+# re-run, but a baseline that cannot start is not retried for ever.
+BASELINE_ATTEMPTS: Final = 3
+
+
 def _already(trials: list[FrozenTrial]) -> set[tuple[int, int]]:
-    """(config, round) pairs done, running or queued; interrupted runs are re-queued by resume."""
+    """(config, round) pairs done, running or queued; interrupted runs are re-queued by resume.
+
+    A candidate's failed run is done (it counts against the config). The baseline's is not,
+    until the round has failed `BASELINE_ATTEMPTS` times: its round is re-run.
+    """
     keep = (TrialState.COMPLETE, TrialState.RUNNING, TrialState.WAITING, TrialState.PRUNED)
+    base = _baseline(trials)
     done = set()
+    base_failures: dict[int, int] = {}
     for t in trials:
         if _role(t) != Role.CONFIRM:
             continue
-        failed_for_good = t.state == TrialState.FAIL and t.user_attrs.get(
-            TrialAttr.FAILURE_KIND
-        ) not in (None, "interrupted")
+        key = (int(t.user_attrs[TrialAttr.CONFIRM_OF]), int(t.user_attrs[TrialAttr.CONFIRM_ROUND]))
+        infeasible = t.state == TrialState.COMPLETE and _scoreless(t)
+        failed_for_good = (
+            t.state == TrialState.FAIL
+            and t.user_attrs.get(TrialAttr.FAILURE_KIND) not in (None, "interrupted")
+        ) or infeasible
+        if base is not None and key[0] == base.number and failed_for_good:
+            base_failures[key[1]] = base_failures.get(key[1], 0) + 1
+            if base_failures[key[1]] >= BASELINE_ATTEMPTS:
+                done.add(key)
+            continue
         if t.state in keep or failed_for_good:
-            done.add(
-                (
-                    int(t.user_attrs[TrialAttr.CONFIRM_OF]),
-                    int(t.user_attrs[TrialAttr.CONFIRM_ROUND]),
-                )
-            )
+            done.add(key)
     return done
+
+
+def _scoreless(t: FrozenTrial) -> bool:
+    return bool(t.user_attrs.get(TrialAttr.INFEASIBLE)) or any(
+        v > 0 for v in t.constraints.values()
+    )
 
 
 def _enqueue(study: optuna.Study, params: dict[str, Any], attrs: dict[str, Any]) -> None:
@@ -190,6 +236,8 @@ def record_verdicts(study: optuna.Study, storage_url: str) -> dict[str, dict[str
             "beats_baseline": v.beats_baseline,
             "correctness": v.correctness(),
             "changes_outputs": v.changes_outputs,
+            "failed_confirmation_starts": list(v.failed_runs),
+            "missing_baseline_rounds": list(v.missing_base_rounds),
         }
     study.set_user_attr(StudyAttr.CONFIRMATION, json.loads(json.dumps(verdicts)))
     if results.mode:
@@ -202,8 +250,47 @@ def _round(value: float | None) -> float | None:
     return round(value, 1) if value is not None else None
 
 
+def store_noise(study: optuna.Study, preset: Preset) -> BetweenRunNoise:
+    """The between-run noise the study's verdicts use, stored on the study once: the preset's
+    `between_run`, else `tuner.metrics.DEFAULT_NOISE`. A stored value is kept (the verdicts
+    of a study do not move when a later tuner changes its default)."""
+    from tuner.metrics import DEFAULT_NOISE, BetweenRunNoise
+
+    stored = BetweenRunNoise.from_json(study.user_attrs.get(StudyAttr.BETWEEN_RUN_NOISE))
+    if stored is not None:
+        return stored
+    noise = DEFAULT_NOISE
+    if preset.between_run is not None:
+        noise = BetweenRunNoise(
+            preset.between_run.log_sd, preset.between_run.df, "the preset's between_run"
+        )
+    study.set_user_attr(StudyAttr.BETWEEN_RUN_NOISE, noise.to_json())
+    return noise
+
+
+def flagged_configs(storage_url: str, study_name: str) -> set[int]:
+    """Trial numbers whose outputs the correctness check flagged (against the floor)."""
+    from tuner.results.decision import judge_study
+    from tuner.results.loading import load_results
+
+    verdicts = judge_study(load_results(storage_url, study_name))
+    return {n for n, v in verdicts.items() if v.changes_outputs}
+
+
+def _has_candidate(trials: list[FrozenTrial], base: FrozenTrial) -> bool:
+    return any(
+        _role(t) == Role.CANDIDATE
+        and _feasible(t)
+        and (t.params != base.params or TrialAttr.COPY_OF in t.user_attrs)
+        for t in trials
+    )
+
+
 def confirm_study(options: Any, plan: ConfirmPlan = DEFAULT_CONFIRM) -> ConfirmSummary:
     """Run (or finish) the confirmation stage of a study and record its verdicts.
+
+    With `plan` off (`--confirm 0`) it still runs the floor start (the baseline's second
+    start) when the study has a candidate, so the correctness probe has its floor.
 
     Args:
         options: `tuner.study.OptimizeOptions` naming the storage, study and cache.
@@ -224,20 +311,38 @@ def confirm_study(options: Any, plan: ConfirmPlan = DEFAULT_CONFIRM) -> ConfirmS
     except KeyError:
         raise StudyError(f"no study named {options.study_name!r} in this storage") from None
     preset = Preset.model_validate(study.user_attrs[StudyAttr.PRESET])
-    configs = plan_confirmation(study.get_trials(deepcopy=False), plan.k)
-    queued = 0
-    if plan.enabled:
-        if not configs:
-            raise StudyError(
-                f"study {study.study_name!r} has no completed baseline to confirm against; "
-                "run `tuner optimize` first"
-            )
-        # The baseline alone has nothing to be paired with: re-running it would cost server
-        # starts and decide nothing (a study of --n-trials 1, or one whose candidates all failed).
-        if len(configs) > 1:
-            queued = queue_rounds(study, configs, plan.rounds)
+    store_noise(study, preset)
+
+    def run_queue() -> optuna.Study:
         if study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
             run_waiting(preset, options)
-        study = optuna.load_study(study_name=options.study_name, storage=url)
+        return optuna.load_study(study_name=options.study_name, storage=url)
+
+    trials = study.get_trials(deepcopy=False)
+    base = _baseline(trials)
+    if base is None and plan.enabled:
+        raise StudyError(
+            f"study {study.study_name!r} has no completed baseline to confirm against; "
+            "run `tuner optimize` first"
+        )
+    queued = 0
+    configs: list[FrozenTrial] = []
+    if base is not None and _has_candidate(trials, base):
+        # The floor start first: the probe's verdicts decide which candidates get the slots.
+        queued += queue_rounds(study, [base], 1)
+        study = run_queue()
+        skip = flagged_configs(options.storage_url, study.study_name)
+        configs = plan_confirmation(study.get_trials(deepcopy=False), plan.k, skip=skip)
+        # The baseline alone has nothing to be paired with: re-running it would cost server
+        # starts and decide nothing (a study of --n-trials 1, or one whose candidates all
+        # failed or were flagged).
+        if plan.enabled and len(configs) > 1:
+            # The second pass re-runs a baseline round that failed in the first.
+            for _ in range(BASELINE_ATTEMPTS):
+                more = queue_rounds(study, configs, plan.rounds)
+                if not more:
+                    break
+                queued += more
+                study = run_queue()
     verdicts = record_verdicts(study, options.storage_url)
     return ConfirmSummary(tuple(t.number for t in configs), queued, verdicts)

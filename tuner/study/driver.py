@@ -72,6 +72,7 @@ class OptimizeOptions:
     ray_address: str | None = None
     seed: int | None = 0
     show_progress: bool = True
+    also_try_baseline: bool = False  # an A/A check: the baseline's config as a candidate too
 
 
 @dataclass(frozen=True)
@@ -121,7 +122,7 @@ def open_study(preset: Preset, options: OptimizeOptions) -> optuna.Study:
 
 # Preset fields that decide what happens after the search, not how a trial is scored: a study
 # resumed with other values stays comparable.
-_AFTER_SEARCH = frozenset({"confirm", "load_sweep"})
+_AFTER_SEARCH = frozenset({"confirm", "load_sweep", "between_run"})
 
 
 def same_scores(stored: dict[str, Any], preset: Preset) -> bool:
@@ -297,6 +298,7 @@ def _run(preset: Preset, options: OptimizeOptions, *, budgeted: bool) -> StudySu
                 n_trials=options.n_trials if budgeted else None,
                 seed=options.seed,
                 timeout_s=options.timeout_s,
+                also_try_baseline=options.also_try_baseline and budgeted,
             ),
             store=store,
             display=display,

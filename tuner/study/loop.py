@@ -54,7 +54,7 @@ from tuner.study.resume import (
     requeue,
     this_driver,
 )
-from tuner.study.roles import SAMPLED_ROLES, is_sampled, role_of
+from tuner.study.roles import SAMPLED_ROLES, enqueue_baseline_copy, is_sampled, role_of
 from tuner.study.sampling import (
     SamplerFactory,
     config_key,
@@ -90,6 +90,7 @@ class LoopSettings:
     prune_rule: PruneRule = field(default_factory=PruneRule)
     sampler_factory: SamplerFactory = make_sampler
     poll_s: float = 0.5
+    also_try_baseline: bool = False  # queue the baseline's config again as a candidate (A/A)
 
 
 @dataclass(frozen=True)
@@ -150,6 +151,8 @@ class StudyLoop:
         resumed = False
         if self.settings.n_trials is not None:
             ensure_baseline(self.study, self.preset.baseline_params())
+            if self.settings.also_try_baseline:
+                enqueue_baseline_copy(self.study, self.preset.baseline_params())
             self.target, resumed = budget_target(self.study, self.settings.n_trials)
         if self.settings.timeout_s is not None:
             self._deadline = self.backend.now() + self.settings.timeout_s
@@ -277,7 +280,8 @@ class StudyLoop:
             if TrialAttr.ROLE not in trial.user_attrs:
                 trial.set_user_attr(TrialAttr.ROLE, Role.CANDIDATE)
             role = str(trial.user_attrs[TrialAttr.ROLE])
-            if role in SAMPLED_ROLES and self._reject_duplicate(trial, params, trials):
+            copy = TrialAttr.COPY_OF in trial.user_attrs  # an A/A copy repeats on purpose
+            if role in SAMPLED_ROLES and not copy and self._reject_duplicate(trial, params, trials):
                 continue
             self._start(slot, trial, params, role)
             return

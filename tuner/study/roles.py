@@ -29,6 +29,7 @@ __all__ = [
     "EXTRA_ROLES",
     "SAMPLED_ROLES",
     "counts_toward_budget",
+    "enqueue_baseline_copy",
     "enqueue_run",
     "is_sampled",
     "role_of",
@@ -71,6 +72,24 @@ def counts_toward_budget(trial: FrozenTrial) -> bool:
         # A crash of a retried trial is the config's own doing: it counts, and is not retried.
         return TrialAttr.REQUEUED_FROM in trial.user_attrs
     return kind not in NOT_MEASURED_KINDS
+
+
+def enqueue_baseline_copy(study: optuna.Study, params: Mapping[str, Any]) -> bool:
+    """Queue the baseline's config again as a candidate (an A/A check), once per study.
+
+    The copy counts toward `--n-trials` like any candidate and is judged like one: an export
+    that says it beats the baseline is a false win. True when it was queued.
+    """
+    trials = study.get_trials(deepcopy=False)
+    if any(TrialAttr.COPY_OF in t.user_attrs for t in trials):
+        return False
+    base = next((t.number for t in trials if role_of(t) == Role.BASELINE), 0)
+    study.enqueue_trial(
+        dict(params),
+        user_attrs={TrialAttr.ROLE: str(Role.CANDIDATE), TrialAttr.COPY_OF: base},
+        skip_if_exists=False,
+    )
+    return True
 
 
 def enqueue_run(

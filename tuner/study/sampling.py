@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, cast
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from tuner.attrs import TrialAttr
 from tuner.study.roles import counts_toward_budget, is_sampled
 
 if TYPE_CHECKING:
@@ -94,7 +95,8 @@ def taken_configs(trials: Iterable[FrozenTrial]) -> set[ConfigKey]:
     """
     out: set[ConfigKey] = set()
     for t in trials:
-        if not is_sampled(t):
+        # An A/A copy of the baseline (`--also-try baseline`) repeats it on purpose.
+        if not is_sampled(t) or TrialAttr.COPY_OF in t.user_attrs:
             continue
         live = t.state in (TrialState.RUNNING, TrialState.WAITING)
         if live or counts_toward_budget(t):

@@ -255,6 +255,18 @@ class ConfirmPart(BaseModel):
     rounds: PositiveInt
 
 
+class BetweenRunPart(BaseModel):
+    """The preset's recorded run-to-run noise of a round's paired log tasks/h ratio.
+
+    Unset: `tuner.metrics.DEFAULT_NOISE`, measured from repeated starts on the CPU build. A
+    preset measured elsewhere sets its own (e.g. from `benchmarks/repeatability.py` repeats).
+    """
+
+    model_config = _FROZEN
+    log_sd: float = Field(gt=0)  # sd of log(candidate tasks/h / baseline tasks/h), one round
+    df: int = Field(ge=1)  # the repeats behind it: how much it weighs against the rounds
+
+
 class Preset(BaseModel):
     """A whole preset file."""
 
@@ -273,6 +285,8 @@ class Preset(BaseModel):
     # The confirmation stage; unset: the top 1 candidate and 2 rounds on CPU presets, 2 and 2
     # on GPU presets (`tuner.study.confirm.ConfirmPlan.for_preset`).
     confirm: ConfirmPart | None = None
+    # The run-to-run noise the verdicts use (see BetweenRunPart); stored with each study.
+    between_run: BetweenRunPart | None = None
 
     @model_validator(mode="after")
     def _supported(self) -> Preset:

@@ -152,7 +152,7 @@ def write_sample_study(
     ngram: SampleScore = SampleScore(648.0, 620.0, 680.0),
     baseline: SampleScore = SampleScore(752.0, 730.0, 770.0),
     ngram_task_s: tuple[float, float, float] = (9.0, 10.0, 11.0),
-    confirm: tuple[tuple[float, float], ...] = (),
+    confirm: tuple[tuple[float | None, float | None], ...] = (),
     probes: Mapping[str, ProbeData] | None = None,
     mode: str = "replay",
 ) -> str:
@@ -166,7 +166,8 @@ def write_sample_study(
         baseline: The baseline's search-time score.
         ngram_task_s: Seconds of n-gram's 3 scored tasks (the baseline's are 10 each): their
             spread is what the paired comparison's interval sees.
-        confirm: Confirmation rounds as (baseline tasks/h, n-gram tasks/h).
+        confirm: Confirmation rounds as (baseline tasks/h, n-gram tasks/h); None: that start
+            failed (no answer on /health).
         probes: Greedy probe answers: "baseline", "ngram", "baseline2" (a second start); each
             the answers' token ids, or a whole stored probe (`ProbeResult.to_json()`).
         mode: The workload mode recorded on the study.
@@ -329,17 +330,33 @@ def write_sample_study(
             (0, base_spec, base_tph, base_tasks),
             (1, ngram_spec, ngram_tph, ngram_tasks),
         ):
+            params = base_params if of == 0 else ngram_params
+            where = {TrialAttr.CONFIRM_OF: of, TrialAttr.CONFIRM_ROUND: round_}
+            if tph is None:  # this start failed
+                n = add(
+                    TrialState.FAIL,
+                    params,
+                    None,
+                    user_attrs=_attrs(
+                        Role.CONFIRM,
+                        spec,
+                        **where,
+                        **{
+                            TrialAttr.FAILURE_KIND: "startup_timeout",
+                            TrialAttr.FAILURE_REASON: "no answer on /health within 900 s",
+                        },
+                    ),
+                )
+                store.save_trial(
+                    study_name, n, TrialMeasurements((_start(spec, None, "startup_timeout"),))
+                )
+                continue
             extra = _probe(probes, "baseline2") if of == 0 and round_ == 0 else {}
             n = add(
                 TrialState.COMPLETE,
-                base_params if of == 0 else ngram_params,
+                params,
                 tph,
-                user_attrs=_attrs(
-                    Role.CONFIRM,
-                    spec,
-                    **{TrialAttr.CONFIRM_OF: of, TrialAttr.CONFIRM_ROUND: round_},
-                    **extra,
-                ),
+                user_attrs=_attrs(Role.CONFIRM, spec, **where, **extra),
                 constraints={"0": 0.0},
             )
             score = SampleScore(tph, tph * 0.95, tph * 1.05)

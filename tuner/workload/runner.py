@@ -342,7 +342,12 @@ async def run_workload(
 
     records = sorted(scored.records, key=lambda r: r.index)
     score = score_tasks(
-        records, wall, itl_s=scored.gaps_s, energy_joules=joules, seed=settings.seed
+        records,
+        wall,
+        itl_s=scored.gaps_s,
+        energy_joules=joules,
+        seed=settings.seed,
+        agents=settings.agents,
     )
     return WorkloadRecord.from_score(
         score,
