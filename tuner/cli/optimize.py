@@ -67,6 +67,7 @@ def optimize_cmd(
     from tuner.results.configs import describe_config_short
     from tuner.study import OptimizeOptions, load_preset, optimize
     from tuner.study.confirm import ConfirmPlan, parse_confirm
+    from tuner.study.progress import estimate_line
 
     preset = load_preset(model=model, gpu=gpu, space=space)
     # --confirm, else the preset's `confirm`, else the hardware's default; fails before any start
@@ -92,13 +93,17 @@ def optimize_cmd(
         timeout_s=timeout,
         ray_address=ray_address,
         seed=seed,
-        show_progress=sys.stderr.isatty(),
+        **_progress_options(),
     )
     console.print(f"study {options.study_name or preset.study_name} on {masked(url)}")
+    if options.progress is not None:
+        options.progress.say(estimate_line(preset, n_trials, _confirm_runs(plan)))
     # One local Ray for the search and the confirmation stage: each would otherwise start and
     # stop its own in this process. In one CPU run, the confirmation's first run was
     # interrupted just after the search's Ray had shut down (the next run resumed it).
     with _one_ray(ray_address):
+        if options.progress is not None:
+            options.progress.later_runs = _confirm_runs(plan)
         summary = optimize(preset, options)
         table = Table(title=f"study {summary.study_name}")
         table.add_column("finished trials")
@@ -153,6 +158,20 @@ def _confirm_and_print(options: Any, plan: Any) -> None:
     console.print(table)
 
 
+def _confirm_runs(plan: Any) -> int:
+    """Server runs the confirmation stage plans: the top K and the baseline, R rounds each."""
+    return (plan.k + 1) * plan.rounds if plan.enabled else 0
+
+
+def _progress_options() -> dict[str, Any]:
+    """The live table on a terminal; one plain flushed line per event anywhere else."""
+    from tuner.study.progress import ProgressLines
+
+    if sys.stdout.isatty() and sys.stderr.isatty():
+        return {"show_progress": True, "progress": None}
+    return {"show_progress": False, "progress": ProgressLines()}
+
+
 def _num(value: float | None) -> str:
     return "not measured" if value is None else f"{value:,.0f}"
 
@@ -169,6 +188,7 @@ def confirm_cmd(
     """Re-run a finished study's top candidates and baseline, interleaved; export decides on it."""
     from tuner.study import OptimizeOptions
     from tuner.study.confirm import DEFAULT_CONFIRM, ConfirmPlan, parse_confirm
+    from tuner.study.progress import estimate_line
 
     settings = get_settings()
     if confirm:
@@ -180,8 +200,12 @@ def confirm_cmd(
         storage_url=storage or settings.storage_url(),
         cache_dir=cache_dir or settings.cache_path(),
         study_name=study,
-        show_progress=sys.stderr.isatty(),
+        **_progress_options(),
     )
+    if options.progress is not None:
+        stored = _stored_preset(storage, study, settings)
+        if stored is not None and plan.enabled:
+            options.progress.say(estimate_line(stored, 0, _confirm_runs(plan)))
     _confirm_and_print(options, plan)
     console.print("next: tuner export (decides on the confirmation rounds), tuner report")
 

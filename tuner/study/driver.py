@@ -41,6 +41,7 @@ from tuner.study.display import SlotView, StudyDisplay, ran_params
 from tuner.study.evaluate import ThroughputPlan, TrialRequest
 from tuner.study.loop import LoopOutcome, LoopSettings, RequestFactory, StudyLoop
 from tuner.study.preflight import preflight
+from tuner.study.progress import ProgressLines
 from tuner.study.resume import counted, heartbeat_storage
 from tuner.study.roles import enqueue_run, is_sampled
 from tuner.study.space import Preset
@@ -72,6 +73,9 @@ class OptimizeOptions:
     ray_address: str | None = None
     seed: int | None = 0
     show_progress: bool = True
+    # One plain line per event where output is not a terminal (tuner.study.progress); it lives
+    # for the whole command, so its ETA spans the search and the confirmation.
+    progress: ProgressLines | None = None
 
 
 @dataclass(frozen=True)
@@ -283,6 +287,7 @@ def _run(preset: Preset, options: OptimizeOptions, *, budgeted: bool) -> StudySu
             study_name=study.study_name,
             enabled=options.show_progress,
             slots=[SlotView() for _ in range(backend.slots)],
+            lines=options.progress,
         )
         loop = StudyLoop(
             study,
