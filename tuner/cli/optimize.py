@@ -20,6 +20,7 @@ import typer
 from rich.table import Table
 
 from tuner.cli._app import StorageOption, app, console
+from tuner.cli._study import StudyOption, pick_study
 from tuner.settings import get_settings
 from tuner.storage import masked
 
@@ -178,7 +179,7 @@ def _num(value: float | None) -> str:
 
 @app.command("confirm")
 def confirm_cmd(
-    study: Annotated[str, typer.Option("--study", help="The study to confirm.")],
+    study: StudyOption = None,
     storage: StorageOption = None,
     confirm: Annotated[str | None, typer.Option("--confirm", help=_CONFIRM_HELP)] = None,
     cache_dir: Annotated[
@@ -191,9 +192,9 @@ def confirm_cmd(
     from tuner.study.progress import estimate_line
 
     settings = get_settings()
-    if confirm:
-        plan = parse_confirm(confirm)
-    else:
+    plan = parse_confirm(confirm) if confirm else None  # a bad --confirm fails before the storage
+    study = pick_study(storage, study)
+    if plan is None:
         stored = _stored_preset(storage, study, settings)
         plan = ConfirmPlan.for_preset(stored) if stored is not None else DEFAULT_CONFIRM
     options = OptimizeOptions(

@@ -62,7 +62,17 @@ def annotate_studies(url: str) -> int:
     return count
 
 
-__all__ = ["annotate_studies", "serve_dashboard", "study_note"]
+__all__ = ["annotate_studies", "serve_dashboard", "study_note", "study_page"]
+
+
+def study_page(url: str, study_name: str) -> str:
+    """The path of the study's page in optuna-dashboard (/dashboard/studies/ID)."""
+    storage = open_optuna_storage(url)
+    try:
+        study_id = storage.get_study_id_from_name(study_name)
+    finally:
+        storage.engine.dispose()
+    return f"/dashboard/studies/{study_id}"
 
 
 def serve_dashboard(url: str, *, host: str = "127.0.0.1", port: int = 8080) -> None:
