@@ -66,9 +66,10 @@ def optimize_cmd(
     """Search speculative-decoding configs by successful agent tasks per hour (resumable)."""
     # Imported here: Ray and vLLM-side modules cost seconds, which other commands need not pay.
     from tuner.results.configs import describe_config_short
+    from tuner.results.words import tph_label
     from tuner.study import OptimizeOptions, load_preset, optimize
     from tuner.study.confirm import ConfirmPlan, parse_confirm
-    from tuner.study.progress import estimate_line
+    from tuner.study.progress import estimate_line, workload_line
 
     preset = load_preset(model=model, gpu=gpu, space=space)
     # --confirm, else the preset's `confirm`, else the hardware's default; fails before any start
@@ -98,6 +99,7 @@ def optimize_cmd(
     )
     console.print(f"study {options.study_name or preset.study_name} on {masked(url)}")
     if options.progress is not None:
+        options.progress.say(workload_line(preset))
         options.progress.say(estimate_line(preset, n_trials, _confirm_runs(plan)))
     # One local Ray for the search and the confirmation stage: each would otherwise start and
     # stop its own in this process. In one CPU run, the confirmation's first run was
@@ -111,7 +113,8 @@ def optimize_cmd(
         table.add_column("states")
         table.add_column("best")
         best = (
-            f"trial {summary.best_number}: {summary.best_value:.1f} tasks/h "
+            f"trial {summary.best_number}: {summary.best_value:.1f} "
+            f"{tph_label('traces' if preset.workload.traces else preset.workload.mode)} "
             f"({describe_config_short(summary.best_params)})"
             if summary.best_number is not None
             else "none yet"
@@ -189,7 +192,7 @@ def confirm_cmd(
     """Re-run a finished study's top candidates and baseline, interleaved; export decides on it."""
     from tuner.study import OptimizeOptions
     from tuner.study.confirm import DEFAULT_CONFIRM, ConfirmPlan, parse_confirm
-    from tuner.study.progress import estimate_line
+    from tuner.study.progress import estimate_line, workload_line
 
     settings = get_settings()
     plan = parse_confirm(confirm) if confirm else None  # a bad --confirm fails before the storage
@@ -206,6 +209,7 @@ def confirm_cmd(
     if options.progress is not None:
         stored = _stored_preset(storage, study, settings)
         if stored is not None and plan.enabled:
+            options.progress.say(workload_line(stored))
             options.progress.say(estimate_line(stored, 0, _confirm_runs(plan)))
     _confirm_and_print(options, plan)
     console.print("next: tuner export (decides on the confirmation rounds), tuner report")

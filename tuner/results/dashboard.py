@@ -15,15 +15,14 @@ from tuner.attrs import StudyAttr
 from tuner.errors import ConfigError
 from tuner.results.decision import judge_study
 from tuner.results.loading import StudyResults, load_results, open_optuna_storage
+from tuner.results.words import mode_line, tph_label
 
 
 def study_note(results: StudyResults) -> str:
     """The study's Markdown note for optuna-dashboard: its mode, confirmation and flags."""
     lines = [f"## {results.study_name}", ""]
-    mode = results.mode or "not recorded"
-    lines.append(
-        f"**Workload mode: {mode}**" + (f" ({results.mode_note})" if results.mode_note else "")
-    )
+    lines.append(f"**Workload mode: {mode_line(results.mode, results.mode_note)}**")
+    label = tph_label(results.mode)
     rows = []
     for v in judge_study(results).values():
         confirmed = f"{v.confirmed_tph:,.0f}" if v.confirmed_tph is not None else "not confirmed"
@@ -36,7 +35,7 @@ def study_note(results: StudyResults) -> str:
     if rows:
         lines += [
             "",
-            "| trial | config | search-time tasks/h | confirmed tasks/h | paired vs baseline "
+            f"| trial | config | search-time {label} | confirmed {label} | paired vs baseline "
             "| outputs |",
             "|---|---|---|---|---|---|",
             *rows,

@@ -12,9 +12,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["done_word", "mode_line", "tph_key", "tph_label", "tph_title"]
+__all__ = ["counted_word", "done_word", "mode_line", "tph_key", "tph_label", "tph_title", "worded"]
 
 _COUNTED = {"live": "successful", "replay": "completed", "traces": "completed"}
+
+
+def counted_word(mode: str | None) -> str:
+    """ "successful" (live), "completed" (replay, traces), "" (mode not recorded)."""
+    return _COUNTED.get(mode or "", "")
+
+
+def worded(text: str, mode: str | None) -> str:
+    """`text` written for the live mode ("successful tasks/h", "energy per successful task")
+    in `mode`'s words."""
+    word = counted_word(mode)
+    out = text.replace("successful tasks/h", tph_label(mode))
+    return out.replace("successful task", f"{word} task" if word else "task")
 
 
 def tph_label(mode: str | None) -> str:

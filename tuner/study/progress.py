@@ -28,7 +28,7 @@ from typing import Any, TextIO
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.attrs import Role, TrialAttr
-from tuner.results.words import tph_label
+from tuner.results.words import mode_line, tph_label
 
 __all__ = [
     "CPU_COST",
@@ -43,6 +43,7 @@ __all__ = [
     "ready_line",
     "run_estimate_s",
     "started_line",
+    "workload_line",
 ]
 
 
@@ -117,6 +118,18 @@ def estimate_line(preset: Any, trials: int, confirm_runs: int) -> str:
         f"{per_run:.0f} s a run ({w.tasks + w.warmup_tasks} tasks with {w.agents} agents, "
         f"a server start and the plain benchmark, as measured on {cost.source}); an estimate "
         "from the preset: the measured ETA follows the first run"
+    )
+
+
+def workload_line(preset: Any) -> str:
+    """What each trial runs and what its score means in this mode."""
+    from tuner.results.configs import MODE_NOTES
+
+    w = preset.workload
+    mode = "traces" if w.traces else w.mode
+    return (
+        f"workload: {mode_line(mode, MODE_NOTES.get(mode), w.traces)}; {w.tasks} scored tasks "
+        f"with {w.agents} agents, scored in {tph_label(mode)}"
     )
 
 
