@@ -13,8 +13,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import optuna
 import pytest
 import yaml
+from optuna_dashboard._note import get_note_from_system_attrs
 
 from tests.integration.conftest import fake_preset
 
@@ -43,7 +45,7 @@ def test_optimize_to_a_file_prints_a_line_per_trial_and_an_eta(tmp_path: Path) -
     log = tmp_path / "optimize.log"
     argv = [
         sys.executable, "-m", "tuner.cli", "optimize", "--space", str(space), "--storage",
-        f"sqlite:///{tmp_path / 'study.db'}", "--n-trials", "3", "--confirm", "1,1",
+        f"sqlite:///{tmp_path / 'study.db'}", "--n-trials", "2", "--confirm", "1,1",
     ]  # fmt: skip
     with log.open("w") as out:
         proc = subprocess.run(argv, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=600)
@@ -52,11 +54,12 @@ def test_optimize_to_a_file_prints_a_line_per_trial_and_an_eta(tmp_path: Path) -
     lines = text.splitlines()
     stamped = [line for line in lines if re.match(r"\[\d+:\d\d:\d\d\] ", line)]
     # The estimate from the preset comes before anything ran, and says it is one.
-    assert stamped[0].split("] ", 1)[1].startswith("estimate: "), text
-    assert "5 server runs (3 trials + 2 confirmation runs)" in stamped[0]
-    assert "an estimate from the preset" in stamped[0]
+    assert stamped[0].split("] ", 1)[1].startswith("workload: replay (load shape"), text
+    assert stamped[1].split("] ", 1)[1].startswith("estimate: "), text
+    assert "4 server runs (2 trials + 2 confirmation runs)" in stamped[1]
+    assert "an estimate from the preset" in stamped[1]
     # Every trial: started with its config, server ready with its KV tokens, then its outcome.
-    for n in range(5):
+    for n in range(4):
         started = [
             i for i, line in enumerate(stamped) if f"] trial {n} " in line and "started: " in line
         ]
@@ -79,6 +82,13 @@ def test_optimize_to_a_file_prints_a_line_per_trial_and_an_eta(tmp_path: Path) -
     assert "confirmation round 1 of 1 done" in text
     # A measured ETA after each run, counting the confirmation runs still to come.
     etas = [line for line in stamped if "] ETA: " in line]
-    assert len(etas) == 5, text
-    assert "4 server runs to go" in etas[0] and "measured over 1 server run" in etas[0]
+    assert len(etas) == 4, text
+    assert "3 server runs to go" in etas[0] and "measured over 1 server run" in etas[0]
     assert "no server run left" in etas[-1]
+    # The end of the command writes the answer into the dashboard: the note and the plots.
+    assert "dashboard: the recommendation is study fake-cpu's note, with 5 plots" in text
+    study = optuna.load_study(study_name="fake-cpu", storage=f"sqlite:///{tmp_path / 'study.db'}")
+    attrs = study._storage.get_study_system_attrs(study._study_id)
+    body = get_note_from_system_attrs(attrs, None)["body"]
+    assert "### What to deploy: trial #" in body and "vllm serve" in body
+    assert len(optuna.artifacts.get_all_artifact_meta(study)) == 5

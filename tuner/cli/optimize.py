@@ -131,6 +131,7 @@ def optimize_cmd(
             from tuner.cli.sweep import sweep_after_optimize
 
             sweep_after_optimize(url, options.cache_dir, summary.study_name, preset.load_sweep)
+        _publish(url, summary.study_name)
         console.print("next: tuner export (best vllm serve command), tuner report, tuner dashboard")
 
 
@@ -160,6 +161,28 @@ def _confirm_and_print(options: Any, plan: Any) -> None:
             v["correctness"],
         )
     console.print(table)
+
+
+def _publish(url: str, study: str) -> None:
+    """The answer into optuna-dashboard: the study's note and the report's plots as artifacts."""
+    from tuner.errors import TunerError
+    from tuner.results.dashboard import artifact_dir, publish_answer
+
+    try:
+        plots = publish_answer(url, study)
+    except (OSError, TunerError) as exc:  # the study is stored; only its note is missing
+        console.print(
+            f"the dashboard note was not written ({exc}); `tuner dashboard` writes it at start",
+            markup=False,
+        )
+        return
+    console.print(
+        f"dashboard: the recommendation is study {study}'s note, with {len(plots)} plots "
+        f"attached (stored in {artifact_dir(url)}); see it with `tuner dashboard`",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 def _confirm_runs(plan: Any) -> int:
@@ -212,6 +235,7 @@ def confirm_cmd(
             options.progress.say(workload_line(stored))
             options.progress.say(estimate_line(stored, 0, _confirm_runs(plan)))
     _confirm_and_print(options, plan)
+    _publish(options.storage_url, study)
     console.print("next: tuner export (decides on the confirmation rounds), tuner report")
 
 

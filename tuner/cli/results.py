@@ -99,6 +99,7 @@ def dashboard_cmd(
     else:
         name = pick_study(storage, study)
         line = f"optuna-dashboard for {masked(url)}: study {name!r} at {where}"
-        line += study_page(url, name)
+        page = study_page(url, name)
+        line += f"{page} (what to deploy and why: {where}{page}/note)"
     console_err.print(line, markup=False, highlight=False, soft_wrap=True)
     serve_dashboard(url, host=host, port=port)
