@@ -155,5 +155,6 @@ def test_report_shows_search_time_and_confirmed_values(tmp_path: Path) -> None:
     lines = summary_lines(results)
     assert "Workload mode: replay (load shape: answers not graded)" in lines
     assert any(
-        "search-time 900 completed tasks/h, confirmed 855 over 2 fresh starts" in line for line in lines
+        "search-time 900 completed tasks/h, confirmed 855 over 2 fresh starts" in line
+        for line in lines
     )
