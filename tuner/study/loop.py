@@ -37,6 +37,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner.attrs import Role, TrialAttr
 from tuner.results.configs import describe_config_short
+from tuner.results.words import tph_label
 from tuner.storage import Store
 from tuner.study.backend import Finished, TrialBackend
 from tuner.study.display import SlotView, StudyDisplay, describe_trial
@@ -385,7 +386,7 @@ class StudyLoop:
         self._trials_cache = None
         if run.slot < len(self.display.slots):
             self.display.slots[run.slot] = SlotView()
-        self.display.best = _best_line(self._trials())
+        self.display.best = _best_line(self._trials(), tph_label(self._mode))
         self.display.update(finished=self._done())
         if self.display.lines is not None:
             self._say_finished(run, counted=finished.result is not None)
@@ -428,7 +429,7 @@ class StudyLoop:
         lines.say(f"confirmation round {int(round_) + 1} of {total} done")
 
 
-def _best_line(trials: list[FrozenTrial]) -> str:
+def _best_line(trials: list[FrozenTrial], unit: str = "tasks/h") -> str:
     feasible = [
         t
         for t in trials
@@ -440,4 +441,4 @@ def _best_line(trials: list[FrozenTrial]) -> str:
         return "-"
     best = max(feasible, key=lambda t: t.value or 0.0)
     label = describe_trial(best.params, best.user_attrs)
-    return f"trial {best.number}: {best.value:.1f} tasks/h ({label})"
+    return f"trial {best.number}: {best.value:.1f} {unit} ({label})"
