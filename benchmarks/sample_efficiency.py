@@ -428,6 +428,7 @@ def _table(
             f"PARTIAL: the recording is not finished; replaying the KV cache sizes {kv} only"
         )
     head = " | ".join(f"hit@{b:.0%}" for b in BUDGETS)
+    lines.append("")  # Markdown: a table starts after a blank line
     lines.append(f"| search | slots | {head} | reach (median) | trials (median) |")
     lines.append("|---|---|" + "---|" * len(BUDGETS) + "---|---|")
     for i, search in enumerate(SEARCHES_ALL):
