@@ -35,16 +35,18 @@ def _bare_study(url: str, name: str) -> None:
     study.set_user_attr(StudyAttr.PRESET, json.loads(preset.model_dump_json()))
 
 
-@pytest.fixture
-def one_study(tmp_path: Path) -> str:
-    url = f"sqlite:///{tmp_path / 'one.db'}"
+# Module-wide: writing a sample study takes seconds, and no command here changes which
+# studies a storage holds (confirm --confirm 0 only adds its verdicts).
+@pytest.fixture(scope="module")
+def one_study(tmp_path_factory: pytest.TempPathFactory) -> str:
+    url = f"sqlite:///{tmp_path_factory.mktemp('one') / 'one.db'}"
     write_sample_study(url)
     return url
 
 
-@pytest.fixture
-def two_studies(tmp_path: Path) -> str:
-    url = f"sqlite:///{tmp_path / 'two.db'}"
+@pytest.fixture(scope="module")
+def two_studies(tmp_path_factory: pytest.TempPathFactory) -> str:
+    url = f"sqlite:///{tmp_path_factory.mktemp('two') / 'two.db'}"
     write_sample_study(url)
     _bare_study(url, "zeta")
     return url
