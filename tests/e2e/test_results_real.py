@@ -233,6 +233,9 @@ def test_dashboard_shows_the_real_study(cpu_study: CpuStudy, tmp_path: Path) -> 
         assert cpu_study.study_name in render_in_chromium(f"{base}/dashboard", tmp_path)
         shot = tmp_path / "dashboard.png"
         render_in_chromium(f"{base}/dashboard/studies/1", tmp_path, screenshot=shot)
+        # The answer, written by `tuner optimize` at its end, rendered from the study's note.
+        note = render_in_chromium(f"{base}/dashboard/studies/1/note", tmp_path)
+    assert "What to deploy: trial #" in note and "vllm serve" in note
     assert_screenshot_shows_a_page(shot)
 
 
