@@ -20,6 +20,11 @@ through `tuner.study.confirm`'s own planning and the same loop); its cells also 
 answer cost in all. Goal (issue 12): hit >= 90% at 25% of the grid's cost, above random search.
 
     python benchmarks/sample_efficiency.py [--seeds 100] [--data FILE] [--jobs N] [--variants]
+        [--out FILE.md]
+
+The table is printed and written, with the command that made it, to `--out` (default
+benchmarks/data/sample-efficiency-smollm2-135m-cpu.md) and beside it as JSON (same name,
+.json): the README quotes that file, and tests/unit/test_readme_figures.py checks it does.
 
 `--variants` also replays other sampler and pruner settings (TPE start-up trials, independent
 TPE, no constant liar, GPSampler (SciPy, in the test extras), pruning warm-up and start) to choose
@@ -32,6 +37,7 @@ from __future__ import annotations
 import argparse
 import functools
 import importlib.util
+import json
 import os
 import random
 import statistics
@@ -351,6 +357,7 @@ def main() -> int:
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--variants", action="store_true", help="also the settings compared")
+    parser.add_argument("--out", type=Path, default=OUT, help="the Markdown table (and .json)")
     args = parser.parse_args()
     if args.variants:
         SEARCHES_ALL.extend(VARIANTS)
@@ -375,27 +382,55 @@ def main() -> int:
     with ProcessPoolExecutor(args.jobs, initializer=_init, initargs=(str(args.data),)) as pool:
         for i, k, run in pool.map(_one, jobs, chunksize=8):
             out.setdefault((i, k), []).append(run)
-    _print(table, out, args.seeds, time.monotonic() - t0)
+    lines, rows = _table(table, out, args.seeds, time.monotonic() - t0)
+    print("\n".join(lines))
+    _write(args.out, lines, rows)
     return 0
 
 
-def _print(
+OUT = Path(__file__).resolve().parent / "data" / "sample-efficiency-smollm2-135m-cpu.md"
+
+
+def _write(path: Path, lines: list[str], rows: list[dict[str, Any]]) -> None:
+    """The table as Markdown (with the command and the date), and its cells as JSON."""
+    command = "python benchmarks/sample_efficiency.py " + " ".join(sys.argv[1:])
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    head = [
+        "# Sample efficiency (written by benchmarks/sample_efficiency.py)",
+        "",
+        f"`{command.strip()}`, {when}, {os.cpu_count()} cores. Replay of the recorded grid "
+        "(benchmarks/data/grid-smollm2-135m-cpu.json): load shape, answers not graded.",
+        "",
+    ]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join([*head, *lines]) + "\n")
+    doc = {"command": command.strip(), "written": when, "header": lines[0], "rows": rows}
+    path.with_suffix(".json").write_text(json.dumps(doc, indent=1) + "\n")
+
+
+def _table(
     table: GridTable, out: dict[tuple[int, int], list[StudyRun]], seeds: int, took: float
-) -> None:
+) -> tuple[list[str], list[dict[str, Any]]]:
+    """The printed lines (a header line, the Markdown table, the time) and the rows as data."""
+    lines: list[str] = []
+    rows: list[dict[str, Any]] = []
     best = max(table.configs.values(), key=lambda c: c.tasks_per_hour)
     near = [c for c in table.configs.values() if table.near_best(c.key)]
     noise = "learnt from repeat runs" if table.noise.learned else "task bootstrap (no repeats)"
-    print(
+    lines.append(
         f"grid: {len(table.configs)} configs, cost {table.grid_cost_s() / 60:.1f} min; best "
         f"{best.tasks_per_hour:.0f} tasks/h; {len(near)} within 5%; {seeds} seeds; noise "
         f"{noise}; workload {table.preset.workload.mode} mode (load shape, answers not graded)"
     )
     if table.partial:
         kv = table.preset.space.kv_cache_memory_bytes
-        print(f"PARTIAL: the recording is not finished; replaying the KV cache sizes {kv} only")
+        lines.append(
+            f"PARTIAL: the recording is not finished; replaying the KV cache sizes {kv} only"
+        )
     head = " | ".join(f"hit@{b:.0%}" for b in BUDGETS)
-    print(f"| search | slots | {head} | reach (median) | trials (median) |")
-    print("|---|---|" + "---|" * len(BUDGETS) + "---|---|")
+    lines.append("")  # Markdown: a table starts after a blank line
+    lines.append(f"| search | slots | {head} | reach (median) | trials (median) |")
+    lines.append("|---|---|" + "---|" * len(BUDGETS) + "---|---|")
     for i, search in enumerate(SEARCHES_ALL):
         for k in SLOTS:
             runs = out[(i, k)]
@@ -410,8 +445,18 @@ def _print(
                 )
             r = f"{reach:.0%}" if reach is not None else "-"
             n = statistics.median(x.trials for x in runs)
-            print(f"| {search.name} | {k} | {cells} | {r} | {n:.0f} |")
-    print(f"({took:.0f} s)")
+            lines.append(f"| {search.name} | {k} | {cells} | {r} | {n:.0f} |")
+            rows.append(
+                {
+                    "search": search.name,
+                    "slots": k,
+                    "hit": dict(zip([f"{x:.0%}" for x in BUDGETS], shares, strict=True)),
+                    "reach": reach,
+                    "trials": n,
+                }
+            )
+    lines.append(f"({took:.0f} s)")
+    return lines, rows
 
 
 if __name__ == "__main__":

@@ -96,6 +96,10 @@ class Settings(BaseSettings):
         path = _data_home() / "tuner" / "tuner.db"
         return f"sqlite:///{path}"
 
+    def data_path(self) -> Path:
+        """Where tuner keeps what it writes for the user (the default database, artifacts)."""
+        return _data_home() / "tuner"
+
     def cache_path(self) -> Path:
         """Where test models, logs and pid files go."""
         return Path(self.cache_dir) if self.cache_dir else _cache_home() / "tuner"

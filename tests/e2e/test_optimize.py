@@ -50,6 +50,14 @@ def test_cpu_study_finishes_with_measurements(cpu_study: CpuStudy) -> None:
     trials = _check_study(cpu_study.storage_url, cpu_study.study_name, N_TRIALS)
     assert any(t.params["method"] == "ngram" for t in trials), [t.params for t in trials]
     assert f"study {cpu_study.study_name}" in cpu_study.output
+    # Its output went to a pipe, not a terminal: one line per event, an estimate, an ETA.
+    out = cpu_study.output
+    assert "] workload: replay (load shape: answers not graded)" in out, out
+    assert "] estimate: " in out and "an estimate from the preset" in out, out
+    for n in range(N_TRIALS):
+        assert f"] trial {n} " in out and f"] trial {n} server ready: " in out, (n, out)
+    assert "] ETA: " in out and "no server run left" in out, out
+    assert f"dashboard: the recommendation is study {cpu_study.study_name}'s note" in out, out
 
 
 def test_the_same_command_again_adds_new_trials_and_repeats_none(cpu_study: CpuStudy) -> None:

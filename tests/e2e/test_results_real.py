@@ -181,7 +181,7 @@ def test_report_of_the_real_study_is_filled_from_measurements(
     always = [
         "KV cache tokens",
         "completed",  # replay: tasks complete, nobody grades them
-        "successful tasks/h [interval]",
+        "completed tasks/h [interval]",
         "prompt tokens from cache",
         "reuse: all",
         "reuse: one block short",
@@ -201,7 +201,7 @@ def test_report_of_the_real_study_is_filled_from_measurements(
             filled = row[f"plain tokens/s, {streams} stream{'s' if streams > 1 else ''}"]
             assert (filled != NOT_MEASURED) == (streams in trial.tokens_per_s)
         # No NVML on a CPU machine: energy is "not measured", never a made-up number.
-        assert (row["energy per successful task"] == NOT_MEASURED) == (not energy)
+        assert (row["energy per completed task"] == NOT_MEASURED) == (not energy)
 
     # The plots show the measured numbers, and their files are real images.
     bars = tasks_per_hour_series(results)
@@ -233,6 +233,9 @@ def test_dashboard_shows_the_real_study(cpu_study: CpuStudy, tmp_path: Path) -> 
         assert cpu_study.study_name in render_in_chromium(f"{base}/dashboard", tmp_path)
         shot = tmp_path / "dashboard.png"
         render_in_chromium(f"{base}/dashboard/studies/1", tmp_path, screenshot=shot)
+        # The answer, written by `tuner optimize` at its end, rendered from the study's note.
+        note = render_in_chromium(f"{base}/dashboard/studies/1/note", tmp_path)
+    assert "What to deploy: trial #" in note and "vllm serve" in note
     assert_screenshot_shows_a_page(shot)
 
 

@@ -2,7 +2,7 @@
 
 `tuner.testing.fake_vllm` is the named fake: its speculative servers are made faster
 (`FAKE_VLLM_SPEC_SPEEDUP`) and lossy (`FAKE_VLLM_CHANGE_OUTPUTS`), which a real CPU build cannot
-be made to do on purpose. The real CPU build's confirmation run is measured in the README.
+be made to do on purpose. The real CPU build's confirmation run is measured in docs/measurements.md.
 """
 
 from __future__ import annotations

@@ -6,7 +6,9 @@ so the check reads the DOM Chromium rendered, and keeps a screenshot in pytest's
 
 from __future__ import annotations
 
+import html
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -19,6 +21,8 @@ import httpx
 import pytest
 from matplotlib.image import imread
 
+from tuner.results import choose_export, load_results, render_export
+from tuner.results.dashboard import publish_answer
 from tuner.server import free_port
 from tuner.testing.sample import write_sample_study
 
@@ -141,6 +145,7 @@ def dashboard(tmp_path: Path) -> Iterator[tuple[str, str]]:
     """A running `tuner dashboard` on a sample study; yields (base URL, study name)."""
     url = f"sqlite:///{tmp_path / 'study.db'}"
     name = write_sample_study(url, study_name="agents-dashboard-check")
+    publish_answer(url, name)  # what the end of `tuner optimize` and `tuner confirm` do
     with running_dashboard(url, tmp_path / "dashboard.log") as base:
         yield base, name
 
@@ -170,4 +175,37 @@ def test_the_study_page_says_replay_is_load_shape(dashboard: tuple[str, str]) ->
     attrs = {a["key"]: a["value"] for a in study["user_attrs"]}
     assert attrs["mode"] == "replay"
     assert attrs["mode_note"] == "load shape: answers not graded"
-    assert "**Workload mode: replay** (load shape: answers not graded)" in study["note"]["body"]
+    assert "**Workload mode: replay (load shape: answers not graded)**" in study["note"]["body"]
+
+
+def test_chromium_renders_the_recommendation_in_the_studys_note(
+    dashboard: tuple[str, str], tmp_path: Path
+) -> None:
+    """The dashboard alone answers "what should I deploy and why": the note, as rendered."""
+    base, name = dashboard
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    choice = choose_export(load_results(url, name))
+    command = render_export(choice, "shell")
+    assert choice.trial.number == 0  # the sample's n-gram loses: the baseline is the answer
+    # The note is Markdown in the database; only the app's JavaScript renders it into the page.
+    assert "What to deploy" not in httpx.get(f"{base}/dashboard/studies/1/note", timeout=5).text
+    body = render_in_chromium(f"{base}/dashboard/studies/1/note", tmp_path)
+    text = html.unescape(re.sub(r"<[^>]+>", "", body))
+    assert "What to deploy: trial #0, no speculation (the baseline)" in text
+    assert f"Why: {choice.reason}" in text
+    # The exported command and its evidence, line for line as `tuner export` prints them.
+    for line in command.splitlines():
+        assert line.strip() in text, line
+    assert "completed tasks/h" in text and "successful tasks/h" not in text
+
+
+def test_the_report_plots_are_the_studys_artifacts(dashboard: tuple[str, str]) -> None:
+    base, _name = dashboard
+    study = httpx.get(f"{base}/api/studies/1", timeout=5).json()
+    artifacts = {a["filename"]: a for a in study["artifacts"]}
+    assert {"tasks_per_hour.png", "history.png"} <= set(artifacts)
+    for meta in artifacts.values():
+        assert meta["mimetype"] == "image/png"
+        png = httpx.get(f"{base}/artifacts/1/{meta['artifact_id']}", timeout=5)
+        assert png.status_code == 200 and png.content.startswith(b"\x89PNG"), meta["filename"]
+    assert ", ".join(sorted(artifacts)) in study["note"]["body"]

@@ -168,8 +168,8 @@ def test_confirmed_winner_is_exported_with_both_values(tmp_path: Path) -> None:
     choice = choose_export(load_results(url))
     assert choice.trial.number == 1
     text = render_export(choice)
-    assert "# confirmed: 855 tasks/h over 2 fresh starts" in text
-    assert "# successful tasks/h: 900 [850, 950] (search-time run" in text
+    assert "# confirmed: 855 completed tasks/h over 2 fresh starts" in text
+    assert "# completed tasks/h: 900 [850, 950] (search-time run" in text
 
 
 def test_a_server_that_changes_outputs_is_flagged_and_never_exported(tmp_path: Path) -> None:
@@ -241,5 +241,6 @@ def test_report_shows_search_time_and_confirmed_values(tmp_path: Path) -> None:
     lines = summary_lines(results)
     assert "Workload mode: replay (load shape: answers not graded)" in lines
     assert any(
-        "search-time 900 tasks/h, confirmed 855 over 2 fresh starts" in line for line in lines
+        "search-time 900 completed tasks/h, confirmed 855 over 2 fresh starts" in line
+        for line in lines
     )

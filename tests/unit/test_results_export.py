@@ -74,7 +74,7 @@ def test_a_config_that_wins_beyond_the_intervals_is_exported(winning_url: str) -
     assert _spec_config(argv) == NGRAM_CONFIG
     assert argv[argv.index("--kv-cache-memory-bytes") + 1] == "2000000000"
     assert argv[argv.index("--max-num-seqs") + 1] == "8"
-    assert "# successful tasks/h: 900 [850, 950]" in text
+    assert "# completed tasks/h: 900 [850, 950]" in text
     assert "# baseline (no speculation, #0): 752 [730, 770]" in text
     assert "KV cache tokens: 27,405; prompt tokens from the cache: 61%" in text
 
@@ -148,7 +148,7 @@ def test_json_and_yaml_carry_argv_and_measurements(winning_url: str) -> None:
     assert {k: measured[k] for k in list(measured)[:9]} == {
         "trial": 1,
         "config": "n-gram depth 3 (lookup 2-5), KV 2.00 GB, max seqs 8",
-        "successful_tasks_per_hour": 900.0,
+        "completed_tasks_per_hour": 900.0,
         "interval": [850.0, 950.0],
         "completed": 3,  # replay: tasks complete, nobody grades them
         "tasks": 3,
@@ -159,7 +159,7 @@ def test_json_and_yaml_carry_argv_and_measurements(winning_url: str) -> None:
     assert (doc["mode"], doc["mode_note"]) == ("replay", "load shape: answers not graded")
     assert measured["confirmation_runs"] == 0 and measured["changes_outputs"] is False
     assert measured["paired_ratio_to_baseline"]["ratio"] == pytest.approx(900 / 752)
-    assert doc["baseline"]["successful_tasks_per_hour"] == 752.0
+    assert doc["baseline"]["completed_tasks_per_hour"] == 752.0
     assert "best" not in doc
 
 

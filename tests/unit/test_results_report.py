@@ -33,7 +33,7 @@ def test_config_table_cells(sample_url: str) -> None:
     assert table.column("plain tokens/s, 8 streams")[:2] == ["150.6", "200.0"]
     assert table.column("KV cache tokens") == ["36,253", "27,405", "19,727", "27,405"]
     assert table.column("completed")[:2] == ["3/3", "2/3"]  # replay: nothing graded
-    assert table.column("successful tasks/h [interval]") == [
+    assert table.column("completed tasks/h [interval]") == [
         "752 [730, 770]",
         "648 [620, 680]",
         "300 [250, 350]",
@@ -45,7 +45,7 @@ def test_config_table_cells(sample_url: str) -> None:
     assert table.column("reuse: partial")[:2] == ["11%", "22%"]
     assert table.column("reuse: none")[:2] == ["11%", "11%"]
     assert table.column("preemptions")[:2] == ["0", "2"]
-    assert table.column("energy per successful task")[:2] == [NOT_MEASURED, "2,500 J"]
+    assert table.column("energy per completed task")[:2] == [NOT_MEASURED, "2,500 J"]
 
 
 def test_trials_that_did_not_run_get_their_own_table(sample_url: str) -> None:

@@ -17,7 +17,7 @@ def test_report_carries_the_why_table_with_published_numbers(tmp_path: Path) -> 
     ((table, sentence),) = why_tables(results)
     assert table.title == "Why trial #1 scored what it did"
     assert [row[0] for row in table.rows] == ["#0", "#1", "#5"]
-    assert table.column("successful tasks/h [interval]")[2].startswith("467")
+    assert table.column("completed tasks/h [interval]")[2].startswith("467")
     assert table.column("KV cache tokens")[2] == "27,405"
     assert sentence == (
         "trial #1: the smaller KV cache explains 285 of the 422 tasks/h lost (68%); "

@@ -11,6 +11,7 @@ import typer
 from rich.table import Table
 
 from tuner.cli._app import StorageOption, app, console
+from tuner.cli._study import StudyOption, pick_study
 from tuner.settings import get_settings
 
 
@@ -20,7 +21,7 @@ def _pct(value: float | None) -> str:
 
 @app.command("explain")
 def explain_cmd(
-    study: Annotated[str, typer.Option("--study", help="The study to explain.")],
+    study: StudyOption = None,
     trial: Annotated[
         int | None, typer.Option("--trial", help="Speculative trial (default: the best one).")
     ] = None,
@@ -40,7 +41,7 @@ def explain_cmd(
     options = OptimizeOptions(
         storage_url=storage or settings.storage_url(),
         cache_dir=cache_dir or settings.cache_path(),
-        study_name=study,
+        study_name=pick_study(storage, study),
         show_progress=False,
     )
     result = explain(options, trial)

@@ -20,6 +20,7 @@ import typer
 from rich.table import Table
 
 from tuner.cli._app import StorageOption, app, console
+from tuner.cli._study import StudyOption, pick_study
 from tuner.settings import get_settings
 from tuner.storage import masked
 
@@ -73,8 +74,10 @@ def optimize_cmd(
     """Search speculative-decoding configs by successful agent tasks per hour (resumable)."""
     # Imported here: Ray and vLLM-side modules cost seconds, which other commands need not pay.
     from tuner.results.configs import describe_config_short
+    from tuner.results.words import tph_label
     from tuner.study import OptimizeOptions, load_preset, optimize
     from tuner.study.confirm import ConfirmPlan, parse_confirm
+    from tuner.study.progress import estimate_line, workload_line
 
     preset = load_preset(model=model, gpu=gpu, space=space)
     # --confirm, else the preset's `confirm`, else the hardware's default; fails before any start
@@ -102,21 +105,27 @@ def optimize_cmd(
         timeout_s=timeout,
         ray_address=ray_address,
         seed=seed,
-        show_progress=sys.stderr.isatty(),
         also_try_baseline=also_try == "baseline",
+        **_progress_options(),
     )
     console.print(f"study {options.study_name or preset.study_name} on {masked(url)}")
+    if options.progress is not None:
+        options.progress.say(workload_line(preset))
+        options.progress.say(estimate_line(preset, n_trials, _confirm_runs(plan)))
     # One local Ray for the search and the confirmation stage: each would otherwise start and
     # stop its own in this process. In one CPU run, the confirmation's first run was
     # interrupted just after the search's Ray had shut down (the next run resumed it).
     with _one_ray(ray_address):
+        if options.progress is not None:
+            options.progress.later_runs = _confirm_runs(plan)
         summary = optimize(preset, options)
         table = Table(title=f"study {summary.study_name}")
         table.add_column("finished trials")
         table.add_column("states")
         table.add_column("best")
         best = (
-            f"trial {summary.best_number}: {summary.best_value:.1f} tasks/h "
+            f"trial {summary.best_number}: {summary.best_value:.1f} "
+            f"{tph_label('traces' if preset.workload.traces else preset.workload.mode)} "
             f"({describe_config_short(summary.best_params)})"
             if summary.best_number is not None
             else "none yet"
@@ -133,6 +142,7 @@ def optimize_cmd(
             from tuner.cli.sweep import sweep_after_optimize
 
             sweep_after_optimize(url, options.cache_dir, summary.study_name, preset.load_sweep)
+        _publish(url, summary.study_name)
         console.print("next: tuner export (best vllm serve command), tuner report, tuner dashboard")
 
 
@@ -172,13 +182,49 @@ def _confirm_and_print(options: Any, plan: Any) -> None:
     console.print(table)
 
 
+def _publish(url: str, study: str) -> None:
+    """The answer into optuna-dashboard: the study's note and the report's plots as artifacts."""
+    from tuner.errors import TunerError
+    from tuner.results.dashboard import artifact_dir, publish_answer
+
+    try:
+        plots = publish_answer(url, study)
+    except (OSError, TunerError) as exc:  # the study is stored; only its note is missing
+        console.print(
+            f"the dashboard note was not written ({exc}); `tuner dashboard` writes it at start",
+            markup=False,
+        )
+        return
+    console.print(
+        f"dashboard: the recommendation is study {study}'s note, with {len(plots)} plots "
+        f"attached (stored in {artifact_dir(url)}); see it with `tuner dashboard`",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+def _confirm_runs(plan: Any) -> int:
+    """Server runs the confirmation stage plans: the top K and the baseline, R rounds each."""
+    return (plan.k + 1) * plan.rounds if plan.enabled else 0
+
+
+def _progress_options() -> dict[str, Any]:
+    """The live table on a terminal; one plain flushed line per event anywhere else."""
+    from tuner.study.progress import ProgressLines
+
+    if sys.stdout.isatty() and sys.stderr.isatty():
+        return {"show_progress": True, "progress": None}
+    return {"show_progress": False, "progress": ProgressLines()}
+
+
 def _num(value: float | None) -> str:
     return "not measured" if value is None else f"{value:,.0f}"
 
 
 @app.command("confirm")
 def confirm_cmd(
-    study: Annotated[str, typer.Option("--study", help="The study to confirm.")],
+    study: StudyOption = None,
     storage: StorageOption = None,
     confirm: Annotated[str | None, typer.Option("--confirm", help=_CONFIRM_HELP)] = None,
     cache_dir: Annotated[
@@ -188,20 +234,27 @@ def confirm_cmd(
     """Re-run a finished study's top candidates and baseline, interleaved; export decides on it."""
     from tuner.study import OptimizeOptions
     from tuner.study.confirm import DEFAULT_CONFIRM, ConfirmPlan, parse_confirm
+    from tuner.study.progress import estimate_line, workload_line
 
     settings = get_settings()
-    if confirm:
-        plan = parse_confirm(confirm)
-    else:
+    plan = parse_confirm(confirm) if confirm else None  # a bad --confirm fails before the storage
+    study = pick_study(storage, study)
+    if plan is None:
         stored = _stored_preset(storage, study, settings)
         plan = ConfirmPlan.for_preset(stored) if stored is not None else DEFAULT_CONFIRM
     options = OptimizeOptions(
         storage_url=storage or settings.storage_url(),
         cache_dir=cache_dir or settings.cache_path(),
         study_name=study,
-        show_progress=sys.stderr.isatty(),
+        **_progress_options(),
     )
+    if options.progress is not None:
+        stored = _stored_preset(storage, study, settings)
+        if stored is not None and plan.enabled:
+            options.progress.say(workload_line(stored))
+            options.progress.say(estimate_line(stored, 0, _confirm_runs(plan)))
     _confirm_and_print(options, plan)
+    _publish(options.storage_url, study)
     console.print("next: tuner export (decides on the confirmation rounds), tuner report")
 
 

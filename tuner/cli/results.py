@@ -4,18 +4,18 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
 from tuner.cli._app import StorageOption, app, console, console_err
+from tuner.cli._study import StudyOption, pick_study, study_names
 from tuner.results import FORMATS, choose_export, load_results, render_export, write_report
 from tuner.results.report import summary_lines, terminal_tables, to_rich
 from tuner.settings import get_settings
 from tuner.storage import masked
 
 __all__ = ["dashboard_cmd", "export_cmd", "report_cmd"]
-
-_STUDY_HELP = "Study name (default: the only study in the storage)."
 
 # Typer shows an Enum's values as the allowed choices and rejects others in one line.
 ExportFormat = Enum("ExportFormat", {name: name for name in FORMATS}, type=str)  # type: ignore[misc]
@@ -27,7 +27,7 @@ def _url(storage: str | None) -> str:
 
 @app.command("export")
 def export_cmd(
-    study: str | None = typer.Option(None, "--study", help=_STUDY_HELP),
+    study: StudyOption = None,
     fmt: ExportFormat = typer.Option(
         "shell",
         "--format",
@@ -41,20 +41,20 @@ def export_cmd(
     A config is exported only when it beats no speculation on its paired rounds, Holm-corrected
     over the configs judged; without confirmation rounds the export says "unconfirmed".
     """
-    choice = choose_export(load_results(_url(storage), study))
+    choice = choose_export(load_results(_url(storage), pick_study(storage, study)))
     typer.echo(render_export(choice, fmt.value), nl=False)
 
 
 @app.command("report")
 def report_cmd(
-    study: str | None = typer.Option(None, "--study", help=_STUDY_HELP),
+    study: StudyOption = None,
     out: Path = typer.Option(
         Path("tuner-report"), "--out", help="Directory for report.md, report.html and PNGs."
     ),
     storage: StorageOption = None,
 ) -> None:
     """Print the study's tables and write them with plots as Markdown, PNG and HTML."""
-    results = load_results(_url(storage), study)
+    results = load_results(_url(storage), pick_study(storage, study))
     for line in summary_lines(results):
         console.print(line, markup=False, highlight=False, soft_wrap=True)
     for table in terminal_tables(results):
@@ -70,21 +70,37 @@ def report_cmd(
 
 @app.command("dashboard")
 def dashboard_cmd(
+    study: Annotated[
+        str | None,
+        typer.Option(
+            "--study",
+            help="Study whose page to print (default: the only one; several: all are served).",
+        ),
+    ] = None,
     storage: StorageOption = None,
     host: str = typer.Option(
         "127.0.0.1", "--host", help="Address to bind (0.0.0.0 exposes it to the network)."
     ),
     port: int = typer.Option(8080, "--port", min=1, max=65535, help="Port to listen on."),
 ) -> None:
-    """Serve optuna-dashboard on the study storage (Ctrl-C stops it)."""
+    """Serve optuna-dashboard on the study storage (Ctrl-C stops it).
+
+    The study's page (its note holds the recommendation) is printed: the one named, or the only
+    one. The dashboard is where several studies are browsed, so a storage of several is served
+    whole when none is named, and its studies are listed.
+    """
     # optuna-dashboard is needed by this command alone; others run where it is missing.
-    from tuner.results.dashboard import serve_dashboard
+    from tuner.results.dashboard import serve_dashboard, study_page
 
     url = _url(storage)
-    console_err.print(
-        f"optuna-dashboard for {masked(url)} on http://{host}:{port}/",
-        markup=False,
-        highlight=False,
-        soft_wrap=True,
-    )
+    where = f"http://{host}:{port}"
+    names = study_names(storage)
+    if study is None and len(names) > 1:
+        line = f"optuna-dashboard for {masked(url)} on {where}/: studies {', '.join(names)}"
+    else:
+        name = pick_study(storage, study)
+        line = f"optuna-dashboard for {masked(url)}: study {name!r} at {where}"
+        page = study_page(url, name)
+        line += f"{page} (what to deploy and why: {where}{page}/note)"
+    console_err.print(line, markup=False, highlight=False, soft_wrap=True)
     serve_dashboard(url, host=host, port=port)

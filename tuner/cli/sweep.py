@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tuner.cli._app import StorageOption, app, console, console_err
+from tuner.cli._study import StudyOption, pick_study
 from tuner.errors import ConfigError
 from tuner.settings import get_settings
 
@@ -58,7 +59,7 @@ def parse_schedule(text: str | None) -> tuple[tuple[int, int, int], ...] | None:
 
 @app.command("sweep")
 def sweep_cmd(
-    study: Annotated[str, typer.Option("--study", help="The study whose finalists to sweep.")],
+    study: StudyOption = None,
     agents: Annotated[
         str | None,
         typer.Option("--agents", help="Agent counts, e.g. 1,2,4 (default: the preset's)."),
@@ -99,7 +100,7 @@ def sweep_cmd(
     options = SweepOptions(
         storage_url=storage or settings.storage_url(),
         cache_dir=cache_dir or settings.cache_path(),
-        study_name=study,
+        study_name=pick_study(storage, study),
         agents=parse_agents(agents),
         top=top,
         tasks=tasks,

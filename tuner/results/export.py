@@ -35,6 +35,7 @@ from tuner.results.formats import (
     systemd_unit,
 )
 from tuner.results.loading import StudyResults, TrialRow
+from tuner.results.words import done_word, mode_line, tph_key, tph_label
 from tuner.server.spec import ServerSpec
 
 __all__ = [
@@ -204,7 +205,8 @@ def choose_export(results: StudyResults) -> ExportChoice:
     if not ranked:
         return choice(
             base,
-            f"no speculation (the baseline, #{base.number}) did the most successful tasks/h: "
+            f"no speculation (the baseline, #{base.number}) did the most "
+            f"{tph_label(results.mode)}: "
             f"{_score(base)}",
         )
     if best.number == base.number:
@@ -215,7 +217,8 @@ def choose_export(results: StudyResults) -> ExportChoice:
         )
         return choice(
             base,
-            f"no speculation (the baseline, #{base.number}) did the most successful tasks/h "
+            f"no speculation (the baseline, #{base.number}) did the most "
+            f"{tph_label(results.mode)} "
             f"({what}); the best other config, "
             f"#{ranked[0].trial.number}, had {_evidence(ranked[0])}",
         )
@@ -237,7 +240,8 @@ def choose_export(results: StudyResults) -> ExportChoice:
     )
     return choice(
         base,
-        f"the best config, #{best.number} ({best.label}) at {_score(best)} tasks/h, does not "
+        f"the best config, #{best.number} ({best.label}) at {_score(best)} "
+        f"{tph_label(results.mode)}, does not "
         f"beat the baseline (no speculation) at {_score(base)}: {why}; so the baseline is "
         f"exported: {lesson}",
     )
@@ -268,7 +272,7 @@ def serve_argv(trial: TrialRow) -> list[str]:
 
 def _done_word(choice: ExportChoice) -> str:
     # Replay and traces force the turns: a task counts when it finishes, nobody grades it.
-    return "solved" if choice.mode == "live" else "completed"
+    return done_word(choice.mode)
 
 
 def _measured(choice: ExportChoice, t: TrialRow) -> dict[str, Any]:
@@ -276,7 +280,7 @@ def _measured(choice: ExportChoice, t: TrialRow) -> dict[str, Any]:
     out: dict[str, Any] = {
         "trial": t.number,
         "config": t.label,
-        "successful_tasks_per_hour": _tph(t),
+        tph_key(choice.mode): _tph(t),
         "interval": [low, high],
         _done_word(choice): t.successes,
         "tasks": t.tasks,
@@ -311,8 +315,7 @@ def _comment_lines(choice: ExportChoice) -> list[str]:
     )
     lines = [f"tuner export: study {choice.study_name!r}" + (f" ({where})" if where else "")]
     if choice.mode:
-        note = f" ({choice.mode_note})" if choice.mode_note else ""
-        lines.append(f"workload mode: {choice.mode}{note}")
+        lines.append(f"workload mode: {mode_line(choice.mode, choice.mode_note)}")
     if not choice.confirmed and base is not None:
         lines.append(
             "unconfirmed: no confirmation rounds; judged on one search-time run per config "
@@ -321,13 +324,14 @@ def _comment_lines(choice: ExportChoice) -> list[str]:
         )
     lines += [
         f"trial #{t.number}: {t.label}",
-        f"successful tasks/h: {_score(t)} (search-time run: estimate [interval low, high])",
+        f"{tph_label(choice.mode)}: {_score(t)} (search-time run: estimate [interval low, high])",
     ]
     v = choice.verdict
     if v is not None:
         if v.confirmed and v.confirmed_tph is not None:
             lines.append(
-                f"confirmed: {v.confirmed_tph:,.0f} tasks/h over {v.confirmed_runs} fresh starts"
+                f"confirmed: {v.confirmed_tph:,.0f} {tph_label(choice.mode)} over "
+                f"{v.confirmed_runs} fresh starts"
             )
         lines.append(_evidence(v))
         lines.append(f"correctness: {v.correctness()}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from tuner.results.load import LoadSweep
+from tuner.results.words import tph_label
 
 __all__ = ["draw_sweep", "sweep_png", "sweep_series"]
 
@@ -58,7 +59,7 @@ def draw_sweep(sweep: LoadSweep) -> Any:
         )
         right.plot(agents, latency, marker="o", label=label)
     for ax, title in (
-        (left, "successful tasks/h (95% interval)"),
+        (left, f"{tph_label(sweep.mode)} (95% interval)"),
         (right, "per-task latency, p50 (s)"),
     ):
         ax.set_title(title)

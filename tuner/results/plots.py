@@ -20,6 +20,7 @@ from matplotlib.ticker import MaxNLocator
 from tuner.attrs import Role
 from tuner.results.load_plot import draw_sweep
 from tuner.results.loading import StudyResults, TrialRow
+from tuner.results.words import tph_title
 from tuner.workload.reuse import COUNTED_REUSE_CLASSES
 
 __all__ = [
@@ -59,6 +60,7 @@ class BarSeries:
     values: tuple[float, ...]
     lows: tuple[float, ...]
     highs: tuple[float, ...]
+    measure: str = "tasks / hour"  # the y axis, in the study's words (tuner.results.words)
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,7 @@ class PointSeries:
     labels: tuple[str, ...]
     x: tuple[float, ...]
     y: tuple[float, ...]
+    measure: str = "tasks / hour"
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,7 @@ class HistorySeries:
     numbers: tuple[int, ...]
     values: tuple[float, ...]
     best_so_far: tuple[float, ...]
+    measure: str = "tasks / hour"
 
 
 def short_label(t: TrialRow) -> str:
@@ -126,6 +130,7 @@ def tasks_per_hour_series(results: StudyResults) -> BarSeries:
             t.tasks_per_hour_high if t.tasks_per_hour_high is not None else v
             for t, v in zip(rows, values, strict=True)
         ),
+        measure=tph_title(results.mode),
     )
 
 
@@ -140,6 +145,7 @@ def kv_cache_series(results: StudyResults) -> PointSeries:
         labels=tuple(short_label(t) for t in rows),
         x=tuple(float(t.kv_cache_tokens or 0) for t in rows),
         y=tuple(t.tasks_per_hour or 0.0 for t in rows),
+        measure=tph_title(results.mode),
     )
 
 
@@ -179,6 +185,7 @@ def history_series(results: StudyResults) -> HistorySeries:
         numbers=tuple(t.number for t in rows),
         values=tuple(t.value or 0.0 for t in rows),
         best_so_far=tuple(best),
+        measure=tph_title(results.mode),
     )
 
 
@@ -192,7 +199,7 @@ def _figure(title: str, width: float = 8.0) -> tuple[Figure, Any]:
 
 def draw_tasks_per_hour(s: BarSeries) -> Figure:
     """Bars of tasks/h per config with interval error bars."""
-    fig, ax = _figure("Successful tasks per hour (with interval)")
+    fig, ax = _figure(f"{s.measure.capitalize()} (with interval)")
     xs = range(len(s.labels))
     err = [
         [v - lo for v, lo in zip(s.values, s.lows, strict=True)],
@@ -200,19 +207,19 @@ def draw_tasks_per_hour(s: BarSeries) -> Figure:
     ]
     ax.bar(xs, s.values, yerr=err, capsize=4, color="#457b9d")
     ax.set_xticks(list(xs), s.labels, rotation=20, ha="right")
-    ax.set_ylabel("successful tasks / hour")
+    ax.set_ylabel(s.measure)
     return fig
 
 
 def draw_kv_cache(s: PointSeries) -> Figure:
     """Tasks/h against KV cache tokens, one labelled point per config."""
-    fig, ax = _figure("Successful tasks per hour vs KV cache tokens")
+    fig, ax = _figure(f"{s.measure.capitalize()} vs KV cache tokens")
     ax.scatter(s.x, s.y, color="#1d3557")
     for label, x, y in zip(s.labels, s.x, s.y, strict=True):
         ax.annotate(label, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
     ax.margins(x=0.15, y=0.1)  # room for the labels beside the points
     ax.set_xlabel("KV cache tokens")
-    ax.set_ylabel("successful tasks / hour")
+    ax.set_ylabel(s.measure)
     return fig
 
 
@@ -252,7 +259,7 @@ def draw_history(s: HistorySeries) -> Figure:
     ax.step(s.numbers, s.best_so_far, where="post", color="#e63946", label="best so far")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("trial")
-    ax.set_ylabel("successful tasks / hour")
+    ax.set_ylabel(s.measure)
     ax.legend(fontsize=8)
     return fig
 

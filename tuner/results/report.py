@@ -20,6 +20,7 @@ from tuner.results.decision import Verdict, judge_study
 from tuner.results.export import choose_export
 from tuner.results.load import load_lines, load_table_rows
 from tuner.results.loading import StudyResults, TrialRow
+from tuner.results.words import mode_line, tph_label, worded
 from tuner.workload.reuse import COUNTED_REUSE_CLASSES
 
 __all__ = [
@@ -165,12 +166,17 @@ def config_table(results: StudyResults) -> ReportTable:
     rows = tuple(
         _config_row(t, verdicts.get(t.number)) for t in sorted(results.measured(), key=_order)
     )
-    columns = tuple(_done_column(results) if c == "solved" else c for c in CONFIG_COLUMNS)
-    return ReportTable("Configs measured", columns, rows)
+    return ReportTable("Configs measured", _worded(CONFIG_COLUMNS, results), rows)
 
 
 def _done_column(results: StudyResults) -> str:
     return "solved" if results.graded or results.mode is None else "completed"
+
+
+def _worded(columns: tuple[str, ...], results: StudyResults) -> tuple[str, ...]:
+    """Column names in the study's words: "completed tasks/h" where nothing was graded."""
+    done = _done_column(results)
+    return tuple(done if c == "solved" else worded(c, results.mode) for c in columns)
 
 
 def not_run_table(results: StudyResults) -> ReportTable:
@@ -237,7 +243,7 @@ def why_tables(results: StudyResults) -> list[tuple[ReportTable, str]]:
         rows = [base, candidate, *[c for c in controls if c.feasible]]
         table = ReportTable(
             f"Why trial #{number} scored what it did",
-            _WHY_COLUMNS,
+            _worded(_WHY_COLUMNS, results),
             tuple(
                 (
                     f"#{t.number}",
@@ -281,10 +287,8 @@ def terminal_tables(results: StudyResults) -> list[ReportTable]:
     """The report's tables cut to terminal width: scores, diagnostics, trials that did not run."""
     tables = report_tables(results)
     config = tables[0]
-    done = _done_column(results)
     return [
-        config.select(title, tuple(done if c == "solved" else c for c in cols))
-        for title, cols in _TERMINAL_SPLIT
+        config.select(title, _worded(cols, results)) for title, cols in _TERMINAL_SPLIT
     ] + tables[1:]
 
 
@@ -301,13 +305,12 @@ def summary_lines(results: StudyResults) -> list[str]:
         f"{len(results.not_run())} did not run",
     ]
     if results.mode:
-        note = f" ({results.mode_note})" if results.mode_note else ""
-        lines.append(f"Workload mode: {results.mode}{note}")
+        lines.append(f"Workload mode: {mode_line(results.mode, results.mode_note)}")
     for v in judge_study(results).values():
         if v.confirmed:
             lines.append(
                 f"Confirmed #{v.trial.number} ({v.trial.label}): search-time "
-                f"{_or_nm(v.search_tph, '{:,.0f}')} tasks/h, confirmed "
+                f"{_or_nm(v.search_tph, '{:,.0f}')} {tph_label(results.mode)}, confirmed "
                 f"{_or_nm(v.confirmed_tph, '{:,.0f}')} over {v.confirmed_runs} fresh starts"
             )
         if v.changes_outputs:

@@ -47,6 +47,9 @@ class Progress:
     successes: int = 0
     elapsed_s: float = 0.0
     tasks_per_hour: float | None = None
+    ready: bool = False  # the server answered /health (the progress lines say so once)
+    kv_cache_tokens: int | None = None
+    startup_s: float | None = None
 
 
 @dataclass(frozen=True)

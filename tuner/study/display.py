@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console, Group
 from rich.live import Live
@@ -12,6 +12,9 @@ from rich.table import Table
 
 from tuner.attrs import TrialAttr
 from tuner.results.configs import describe_config_short
+
+if TYPE_CHECKING:
+    from tuner.study.progress import ProgressLines
 
 __all__ = ["SlotView", "StudyDisplay", "describe_trial", "ran_params"]
 
@@ -44,7 +47,11 @@ class SlotView:
 
 @dataclass
 class StudyDisplay:
-    """A rich Live display; `update()` redraws it. Silent when `enabled` is False."""
+    """A rich Live display; `update()` redraws it. Silent when `enabled` is False.
+
+    `lines`, when set, is where the study loop writes one plain line per event instead (output
+    that is not a terminal: `tuner.study.progress`).
+    """
 
     total: int
     study_name: str
@@ -52,6 +59,7 @@ class StudyDisplay:
     console: Console = field(default_factory=lambda: Console(stderr=True))
     slots: list[SlotView] = field(default_factory=list)
     best: str = "-"
+    lines: ProgressLines | None = None
 
     def __post_init__(self) -> None:
         self._progress = Progress(

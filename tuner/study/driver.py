@@ -41,6 +41,7 @@ from tuner.study.display import SlotView, StudyDisplay, ran_params
 from tuner.study.evaluate import ThroughputPlan, TrialRequest
 from tuner.study.loop import LoopOutcome, LoopSettings, RequestFactory, StudyLoop
 from tuner.study.preflight import preflight
+from tuner.study.progress import ProgressLines
 from tuner.study.resume import counted, heartbeat_storage
 from tuner.study.roles import enqueue_run, is_sampled
 from tuner.study.space import Preset
@@ -73,6 +74,9 @@ class OptimizeOptions:
     seed: int | None = 0
     show_progress: bool = True
     also_try_baseline: bool = False  # an A/A check: the baseline's config as a candidate too
+    # One plain line per event where output is not a terminal (tuner.study.progress); it lives
+    # for the whole command, so its ETA spans the search and the confirmation.
+    progress: ProgressLines | None = None
 
 
 @dataclass(frozen=True)
@@ -288,6 +292,7 @@ def _run(preset: Preset, options: OptimizeOptions, *, budgeted: bool) -> StudySu
             study_name=study.study_name,
             enabled=options.show_progress,
             slots=[SlotView() for _ in range(backend.slots)],
+            lines=options.progress,
         )
         loop = StudyLoop(
             study,

@@ -94,6 +94,9 @@ class TrialResult:
 
 StateCallback = Callable[[str], None]
 ProgressCallback = Callable[[RunProgress], None]
+# Called once the server answers /health: its KV cache tokens (None when vLLM did not say) and
+# the seconds it took to start, for the progress lines.
+ReadyCallback = Callable[[int | None, float], None]
 
 
 def _noop_state(_state: str) -> None:
@@ -106,6 +109,7 @@ def evaluate(
     on_state: StateCallback = _noop_state,
     on_progress: ProgressCallback | None = None,
     should_stop: Callable[[], bool] | None = None,
+    on_ready: ReadyCallback | None = None,
 ) -> TrialResult:
     """Evaluate one candidate end to end; the server never outlives this call."""
     t0 = time.monotonic()
@@ -145,8 +149,11 @@ def evaluate(
                 max_num_seqs_clamped=clamped,
                 wall_s=time.monotonic() - t0,
             )
+        startup_s = time.monotonic() - launch_t0
+        if on_ready is not None:
+            on_ready(handle.facts.kv_cache_tokens, startup_s)
         return _measure(request, handle, spec, starts, on_state, on_progress, should_stop, t0,
-                        time.monotonic() - launch_t0, requested, clamped)  # fmt: skip
+                        startup_s, requested, clamped)  # fmt: skip
     raise AssertionError("unreachable: the second attempt always returns")
 
 

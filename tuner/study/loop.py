@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import optuna
 from optuna.storages._heartbeat import BaseHeartbeat, is_heartbeat_enabled
@@ -37,6 +37,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner.attrs import Role, TrialAttr
 from tuner.results.configs import describe_config_short
+from tuner.results.words import tph_label
 from tuner.storage import Store
 from tuner.study.backend import Finished, TrialBackend
 from tuner.study.display import SlotView, StudyDisplay, describe_trial
@@ -64,6 +65,9 @@ from tuner.study.sampling import (
     taken_configs,
 )
 from tuner.study.space import Preset
+
+if TYPE_CHECKING:
+    from tuner.study.progress import ProgressLines
 
 __all__ = ["LoopOutcome", "LoopSettings", "RequestFactory", "StudyLoop"]
 
@@ -142,6 +146,9 @@ class StudyLoop:
         self._heartbeat = isinstance(storage, BaseHeartbeat) and is_heartbeat_enabled(storage)
         self._storage = cast(BaseHeartbeat, storage)
         self._driver = this_driver()
+        self._said_ready: set[int] = set()
+        w = preset.workload
+        self._mode = "traces" if w.traces else w.mode
 
     # ---- the loop -------------------------------------------------------------------------
 
@@ -158,6 +165,8 @@ class StudyLoop:
             self._deadline = self.backend.now() + self.settings.timeout_s
         self.display.total = self.target if self.target is not None else len(self._waiting())
         self.display.update(finished=self._done())
+        if self.display.lines is not None and self.target is None:
+            self.display.lines.later_runs = 0  # the queued runs are the last stage
         while True:
             if self.stop_requested:
                 # Set by a signal handler: raised here, between calls, never inside Ray's wait.
@@ -310,9 +319,12 @@ class StudyLoop:
     def _start(self, slot: int, trial: optuna.Trial, params: dict[str, Any], role: str) -> None:
         self.backend.submit(slot, self.make_request(trial, params))
         self.inflight[trial.number] = _Running(slot, trial, role)
+        label = describe_config_short(params)
         self.display.slots[slot : slot + 1] = [
-            SlotView(trial=trial.number, label=describe_config_short(params), state="starting")
+            SlotView(trial=trial.number, label=label, state="starting")
         ]
+        if self.display.lines is not None:
+            self.display.lines.started(trial.number, trial.user_attrs, label)
         self.display.update()
 
     # ---- progress and pruning ---------------------------------------------------------------
@@ -338,6 +350,9 @@ class StudyLoop:
             p = progress.get(number)
             if p is None:
                 continue
+            if p.ready and number not in self._said_ready and self.display.lines is not None:
+                self._said_ready.add(number)
+                self.display.lines.ready(number, p.kv_cache_tokens, p.startup_s)
             if run.slot < len(self.display.slots):
                 view = self.display.slots[run.slot]
                 view.state = "pruning" if run.stopping else p.state
@@ -375,11 +390,50 @@ class StudyLoop:
         self._trials_cache = None
         if run.slot < len(self.display.slots):
             self.display.slots[run.slot] = SlotView()
-        self.display.best = _best_line(self._trials())
+        self.display.best = _best_line(self._trials(), tph_label(self._mode))
         self.display.update(finished=self._done())
+        if self.display.lines is not None:
+            self._say_finished(run, counted=finished.result is not None)
+
+    def _say_finished(self, run: _Running, *, counted: bool) -> None:
+        """The progress lines of a finished trial: its outcome, its round, the ETA."""
+        lines = self.display.lines
+        assert lines is not None
+        number = run.trial.number
+        trial = next(t for t in self._trials() if t.number == number)
+        attrs = trial.user_attrs
+        if number not in self._said_ready and TrialAttr.KV_CACHE_TOKENS in attrs:
+            # It finished between two looks at its progress: say its server was up, late.
+            timing = attrs.get(TrialAttr.TIMING) or {}
+            lines.ready(number, attrs.get(TrialAttr.KV_CACHE_TOKENS), timing.get("startup_s"))
+        self._said_ready.discard(number)
+        lines.finished(trial, self._mode, self.preset.workload.tasks, counted=counted)
+        trials = self._trials()
+        if run.role == Role.CONFIRM and counted:
+            self._say_round(lines, trials, attrs.get(TrialAttr.CONFIRM_ROUND))
+        if self.target is not None:
+            left = max(0, self.target - self._done())
+        else:
+            left = sum(1 for t in trials if t.state == TrialState.WAITING) + len(self.inflight)
+        lines.eta(left, self.backend.slots)
+
+    def _say_round(self, lines: ProgressLines, trials: list[FrozenTrial], round_: Any) -> None:
+        """ "confirmation round r of R done" once no run of that round is queued or running."""
+        if round_ is None:
+            return
+        confirms = [t for t in trials if role_of(t) == Role.CONFIRM]
+        rounds = {t.user_attrs.get(TrialAttr.CONFIRM_ROUND) for t in confirms}
+        open_ = (TrialState.WAITING, TrialState.RUNNING)
+        if any(
+            t.user_attrs.get(TrialAttr.CONFIRM_ROUND) == round_ and t.state in open_
+            for t in confirms
+        ):
+            return
+        total = max((int(r) for r in rounds if r is not None), default=int(round_)) + 1
+        lines.say(f"confirmation round {int(round_) + 1} of {total} done")
 
 
-def _best_line(trials: list[FrozenTrial]) -> str:
+def _best_line(trials: list[FrozenTrial], unit: str = "tasks/h") -> str:
     feasible = [
         t
         for t in trials
@@ -391,4 +445,4 @@ def _best_line(trials: list[FrozenTrial]) -> str:
         return "-"
     best = max(feasible, key=lambda t: t.value or 0.0)
     label = describe_trial(best.params, best.user_attrs)
-    return f"trial {best.number}: {best.value:.1f} tasks/h ({label})"
+    return f"trial {best.number}: {best.value:.1f} {unit} ({label})"

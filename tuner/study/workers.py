@@ -29,6 +29,7 @@ class ProgressHub:
     def __init__(self) -> None:
         self._progress: dict[int, dict[str, Any]] = {}
         self._state: dict[int, str] = {}
+        self._ready: dict[int, tuple[int | None, float]] = {}
         self._stop: set[int] = set()
 
     def report(self, trial_number: int, progress: dict[str, Any]) -> None:
@@ -37,18 +38,24 @@ class ProgressHub:
     def set_state(self, trial_number: int, state: str) -> None:
         self._state[trial_number] = state
 
+    def set_ready(self, trial_number: int, kv_cache_tokens: int | None, startup_s: float) -> None:
+        self._ready[trial_number] = (kv_cache_tokens, startup_s)
+
     def request_stop(self, trial_number: int) -> None:
         self._stop.add(trial_number)
 
     def should_stop(self, trial_number: int) -> bool:
         return trial_number in self._stop
 
-    def snapshot(self) -> tuple[dict[int, dict[str, Any]], dict[int, str]]:
-        return dict(self._progress), dict(self._state)
+    def snapshot(
+        self,
+    ) -> tuple[dict[int, dict[str, Any]], dict[int, str], dict[int, tuple[int | None, float]]]:
+        return dict(self._progress), dict(self._state), dict(self._ready)
 
     def forget(self, trial_number: int) -> None:
         self._progress.pop(trial_number, None)
         self._state.pop(trial_number, None)
+        self._ready.pop(trial_number, None)
         self._stop.discard(trial_number)
 
 
@@ -87,6 +94,7 @@ class _TrialWorker:
                 on_state=lambda s: hub.set_state.remote(n, s),
                 on_progress=on_progress,
                 should_stop=stop.is_set,
+                on_ready=lambda kv, s: hub.set_ready.remote(n, kv, s),
             )
         finally:
             done.set()
@@ -154,7 +162,7 @@ class RayBackend:
 
     def progress(self) -> dict[int, Progress]:
         """The hub's latest snapshot."""
-        progress, states = ray.get(self._hub.snapshot.remote())
+        progress, states, ready = ray.get(self._hub.snapshot.remote())
         out = {}
         for number in {n for _, n in self._inflight.values()}:
             p = progress.get(number) or {}
@@ -165,6 +173,9 @@ class RayBackend:
                 successes=int(p.get("successes", 0)),
                 elapsed_s=float(p.get("elapsed_s", 0.0)),
                 tasks_per_hour=p.get("tasks_per_hour"),
+                ready=number in ready,
+                kv_cache_tokens=ready.get(number, (None, 0.0))[0],
+                startup_s=ready[number][1] if number in ready else None,
             )
         return out
 

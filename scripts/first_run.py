@@ -1,0 +1,158 @@
+"""A new user's first run, recorded: `tuner optimize` with its output going to a file, timed,
+then `tuner export` on the study it made; writes docs/first-run.md, which the README quotes.
+
+    python scripts/first_run.py [--lock /tmp/tuner-heavy.lock] [--out docs/first-run.md]
+        [-- TUNER-OPTIMIZE-ARGS...]
+    python scripts/first_run.py --existing sqlite:///COPY.db   # record a study already run
+
+`--existing` runs nothing: it records a real study someone ran (pass a copy of its file), its
+timeline from Optuna's own trial timestamps, and what `tuner export` prints for it.
+
+Without arguments after `--` it runs the README's main command (`--model smollm2-135m --gpu cpu
+--n-trials 6`, about half an hour on 2 cores). The study goes to a fresh SQLite file in a temp
+directory. `--lock FILE` takes that lock (flock) before starting, and the clock starts once it is
+held. The file holds the command, the machine (cores, load average at the start), the wall time,
+everything the command printed (its progress lines: output to a file is not a terminal), the
+export, and the estimate that the README's main command prints at its start, so the README's
+figures about a first run all come from here (tests/unit/test_readme_figures.py checks them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tuner.study.confirm import ConfirmPlan  # noqa: E402
+from tuner.study.progress import estimate_line, minutes  # noqa: E402
+from tuner.study.space import load_preset  # noqa: E402
+
+README_ARGS = ["--model", "smollm2-135m", "--gpu", "cpu", "--n-trials", "6"]
+
+
+def _tuner(*args: str) -> list[str]:
+    return [sys.executable, "-m", "tuner.cli", *args]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lock", type=Path, help="flock this file while the study runs")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "first-run.md")
+    parser.add_argument("--existing", help="record this storage's study instead of running one")
+    parser.add_argument("args", nargs="*", help="tuner optimize arguments (after --)")
+    ns = parser.parse_args()
+    if ns.existing:
+        return _existing(ns.existing, ns.out)
+    args = ns.args or README_ARGS
+    with ExitStack() as stack:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tuner-first-run-")))
+        storage = f"sqlite:///{tmp / 'tuner.db'}"
+        env = {**os.environ, "TUNER_STORAGE": storage, "PYTHONUNBUFFERED": "1"}
+        log = tmp / "optimize.log"
+        if ns.lock is not None:
+            lock = stack.enter_context(ns.lock.open("a"))
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        load = os.getloadavg()
+        t0 = time.monotonic()
+        with log.open("w") as out:
+            code = subprocess.run(
+                _tuner("optimize", *args), env=env, stdout=out, stderr=subprocess.STDOUT
+            ).returncode
+        wall = time.monotonic() - t0
+        if ns.lock is not None:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+        printed = log.read_text()
+        export = subprocess.run(_tuner("export"), env=env, capture_output=True, text=True)
+    readme_estimate = _readme_estimate()
+    command = "tuner optimize " + " ".join(args)
+    lines = [
+        "# A first run, recorded (written by scripts/first_run.py)",
+        "",
+        f"Command: `{command}`, output to a file (not a terminal), a fresh SQLite file.",
+        f"Machine: {os.cpu_count()} cores, load average {load[0]:.1f} at the start; "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.",
+        f"Exit status {code}; wall time {wall:.0f} s ({minutes(wall)}).",
+        "",
+        "What the README's main command (`tuner optimize --model smollm2-135m --gpu cpu "
+        "--n-trials 6`) prints as its first estimate:",
+        "",
+        "```",
+        readme_estimate,
+        "```",
+        "",
+        "## What the command printed",
+        "",
+        "```",
+        printed.rstrip(),
+        "```",
+        "",
+        f"## `tuner export` on that study (exit status {export.returncode})",
+        "",
+        "```",
+        (export.stdout + export.stderr).rstrip(),
+        "```",
+    ]
+    ns.out.write_text("\n".join(lines) + "\n")
+    print(f"wrote {ns.out}: exit {code}, {wall:.0f} s")
+    return code
+
+
+def _readme_estimate() -> str:
+    preset = load_preset(model="smollm2-135m", gpu="cpu")
+    plan = ConfirmPlan.for_preset(preset)
+    return estimate_line(preset, 6, (plan.k + 1) * plan.rounds)
+
+
+def _existing(url: str, out: Path) -> int:
+    """Record a study already run: its server runs from Optuna's timestamps, and its export."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    (summary,) = optuna.get_all_study_summaries(url)
+    study = optuna.load_study(study_name=summary.study_name, storage=url)
+    runs = [t for t in study.get_trials() if t.datetime_start and t.datetime_complete]
+    walls = sorted(
+        float((t.user_attrs.get("timing") or {}).get("worker_wall_s") or 0.0) for t in runs
+    )
+    span = max(t.datetime_complete for t in runs) - min(t.datetime_start for t in runs)
+    env = {**os.environ, "TUNER_STORAGE": url}
+    export = subprocess.run(_tuner("export"), env=env, capture_output=True, text=True)
+    lines = [
+        "# A real study, recorded (written by scripts/first_run.py --existing)",
+        "",
+        f"Study `{summary.study_name}` (model {study.user_attrs.get('model')}, "
+        f"{study.user_attrs.get('gpu')}), run before this script read it; "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.",
+        f"{len(runs)} server runs from the first start to the last finish: "
+        f"{span.total_seconds():.0f} s ({minutes(span.total_seconds())}); one run "
+        f"{walls[0]:.0f}-{walls[-1]:.0f} s (worker wall time).",
+        "",
+        "What the README's main command (`tuner optimize --model smollm2-135m --gpu cpu "
+        "--n-trials 6`) prints as its first estimate:",
+        "",
+        "```",
+        _readme_estimate(),
+        "```",
+        "",
+        f"## `tuner export` on that study (exit status {export.returncode})",
+        "",
+        "```",
+        (export.stdout + export.stderr).rstrip(),
+        "```",
+    ]
+    out.write_text("\n".join(lines) + "\n")
+    print(f"wrote {out}")
+    return export.returncode
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

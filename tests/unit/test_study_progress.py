@@ -1,0 +1,132 @@
+"""The plain progress lines: what each says, from the trial's stored attributes."""
+
+from __future__ import annotations
+
+import io
+
+import optuna
+from optuna.distributions import CategoricalDistribution
+from optuna.trial import FrozenTrial, TrialState
+
+from tuner.attrs import TrialAttr
+from tuner.study.progress import (
+    ProgressLines,
+    clock,
+    estimate_line,
+    eta_line,
+    finished_line,
+    minutes,
+    ready_line,
+    run_estimate_s,
+    started_line,
+)
+from tuner.study.space import load_preset
+
+
+def _trial(state: TrialState, value: float | None = None, **attrs: object) -> FrozenTrial:
+    return optuna.trial.create_trial(
+        state=state,
+        value=value,
+        params={"method": "none"},
+        distributions={"method": CategoricalDistribution(["none", "ngram"])},
+        user_attrs={str(k): v for k, v in attrs.items()},
+    )
+
+
+def test_clock_and_minutes_read_like_a_person_writes_them() -> None:
+    assert clock(0) == "0:00:00" and clock(3725.9) == "1:02:05"
+    assert minutes(44.6) == "45 s"
+    assert minutes(1000) == "about 17 min"
+    assert minutes(4800) == "about 1 h 20 min"
+
+
+def test_the_cpu_estimate_is_the_preset_tasks_at_the_measured_pace() -> None:
+    preset = load_preset(model="smollm2-135m", gpu="cpu")  # 12 + 1 tasks, 2 agents
+    # 42.1 s start + 13 tasks x 12.2 agent-s / 2 agents + 46.9 s after: 168.3 s, the measured
+    # median run of benchmarks/data/grid-smollm2-135m-cpu.json.
+    assert abs(run_estimate_s(preset) - 168.3) < 0.1
+    bigger = preset.model_copy(
+        update={"workload": preset.workload.model_copy(update={"tasks": 25})}
+    )
+    assert run_estimate_s(bigger) > run_estimate_s(preset) + 70
+    line = estimate_line(preset, 6, 4)
+    assert line.startswith("estimate: about 28 min for 10 server runs (6 trials + 4 confirmation")
+    assert "about 168 s a run (13 tasks with 2 agents" in line
+    assert "an estimate from the preset" in line
+    assert "for 4 server runs (4 confirmation runs)" in estimate_line(preset, 0, 4)
+
+
+def test_eta_is_runs_left_at_the_measured_mean() -> None:
+    assert eta_line(4, 1, [100.0, 140.0]) == (
+        "ETA: about 8 min left (4 server runs to go at 120 s a run, measured over 2 server "
+        "runs of this command)"
+    )
+    assert eta_line(4, 2, [120.0]).startswith("ETA: about 4 min left")
+    assert eta_line(0, 1, [120.0]) == "ETA: no server run left (measured 120 s a run)"
+
+
+def test_started_and_ready_name_the_trial_its_role_and_server() -> None:
+    assert started_line(0, {TrialAttr.ROLE: "baseline"}, "none kv 2.0GB seqs 8") == (
+        "trial 0 (baseline) started: none kv 2.0GB seqs 8"
+    )
+    confirm = {TrialAttr.ROLE: "confirm", TrialAttr.CONFIRM_OF: 3, TrialAttr.CONFIRM_ROUND: 1}
+    assert started_line(7, confirm, "ngram d2").startswith(
+        "trial 7 (confirmation of #3, round 2) started"
+    )
+    assert started_line(2, {TrialAttr.ROLE: "candidate"}, "x") == "trial 2 started: x"
+    assert ready_line(2, 86784, 41.93) == (
+        "trial 2 server ready: 86,784 KV cache tokens, started in 41.9 s"
+    )
+    assert ready_line(2, None, None) == "trial 2 server ready: KV cache size not reported"
+
+
+def test_finished_lines_say_the_outcome_in_the_modes_words() -> None:
+    scored = _trial(
+        TrialState.COMPLETE, 538.4,
+        **{TrialAttr.TASKS_PER_HOUR: 538.4, TrialAttr.TASKS_PER_HOUR_LOW: 451.2,
+           TrialAttr.TASKS_PER_HOUR_HIGH: 640.0, TrialAttr.TIMING: {"worker_wall_s": 168.2}},
+    )  # fmt: skip
+    assert finished_line(scored, "replay") == (
+        f"trial {scored.number} scored: 538 completed tasks/h [451, 640], run 168 s"
+    )
+    assert "538 successful tasks/h" in finished_line(scored, "live")
+    pruned = _trial(
+        TrialState.PRUNED, None,
+        **{TrialAttr.TASKS_PER_HOUR: 210.0, TrialAttr.PRUNED_AT_TASKS: 5},
+    )  # fmt: skip
+    assert finished_line(pruned, "replay", 12).endswith(
+        "pruned after 5 of 12 tasks: 210 completed tasks/h so far, clearly below the "
+        "baseline's pace at the same point"
+    )
+    infeasible = _trial(
+        TrialState.COMPLETE, 0.0,
+        **{TrialAttr.INFEASIBLE: True,
+           TrialAttr.FAILURE_REASON: "KV cache too small for max_model_len\nsecond line"},
+    )  # fmt: skip
+    assert finished_line(infeasible, "replay").endswith(
+        "infeasible: KV cache too small for max_model_len"
+    )
+    failed = _trial(
+        TrialState.FAIL, None,
+        **{TrialAttr.FAILURE_KIND: "worker_crashed", TrialAttr.FAILURE_REASON: "the worker died"},
+    )  # fmt: skip
+    assert finished_line(failed, "live").endswith("failed (worker_crashed): the worker died")
+
+
+def test_lines_are_stamped_flushed_and_the_eta_counts_later_stages() -> None:
+    now = [100.0]
+    out = io.StringIO()
+    lines = ProgressLines(stream=out, now=lambda: now[0], later_runs=4)
+    lines.eta(5, 1)  # nothing measured yet: no line
+    assert out.getvalue() == ""
+    done = _trial(TrialState.COMPLETE, 500.0, **{TrialAttr.TASKS_PER_HOUR: 500.0})
+    lines.started(done.number, {TrialAttr.ROLE: "baseline"}, "none")
+    now[0] = 220.0
+    lines.finished(done, "replay", 12, counted=True)
+    lines.eta(5, 1)
+    assert out.getvalue().splitlines() == [
+        f"[0:00:00] trial {done.number} (baseline) started: none",
+        f"[0:02:00] trial {done.number} scored: 500 completed tasks/h",
+        "[0:02:00] ETA: about 18 min left (9 server runs to go at 120 s a run, measured over "
+        "1 server run of this command)",
+    ]

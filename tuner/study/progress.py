@@ -1,0 +1,250 @@
+"""Progress as plain lines, for output that is not a terminal (a file, nohup, CI, a log).
+
+On a terminal `tuner optimize` and `tuner confirm` redraw a live table (`tuner.study.display`);
+anywhere else that table would print nothing useful, so each event becomes one flushed line:
+
+    [0:00:00] estimate: about 28 min for 10 server runs (6 trials + 4 confirmation runs), ...
+    [0:00:02] trial 0 (baseline) started: none kv 2.0GB seqs 8
+    [0:00:44] trial 0 server ready: 86,784 KV cache tokens, started in 41.9 s
+    [0:02:50] trial 0 scored: 538 completed tasks/h [451, 640], 12 tasks, run 168 s
+    [0:02:50] ETA: about 25 min left (9 server runs to go at 168 s a run, measured)
+    [0:05:31] trial 3 pruned after 5 of 12 tasks: 210 completed tasks/h so far, clearly below ...
+    [0:20:10] confirmation round 1 of 2 done
+
+The estimate at the start comes from the preset (its tasks, agents, warm-up) and a per-run cost
+measured on the reference machines (`CPU_COST`, `GPU_COST`); it is an estimate and says so. After
+the first run finishes the ETA is measured: the mean wall time of this command's finished runs.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from optuna.trial import FrozenTrial, TrialState
+
+from tuner.attrs import Role, TrialAttr
+from tuner.results.words import mode_line, tph_label
+
+__all__ = [
+    "CPU_COST",
+    "GPU_COST",
+    "ProgressLines",
+    "RunCost",
+    "clock",
+    "estimate_line",
+    "eta_line",
+    "finished_line",
+    "minutes",
+    "ready_line",
+    "run_estimate_s",
+    "started_line",
+    "workload_line",
+]
+
+
+@dataclass(frozen=True)
+class RunCost:
+    """What one server run costs on a kind of machine, apart from the preset's task count.
+
+    Attributes:
+        startup_s: From `vllm serve` to a healthy server.
+        agent_s_per_task: Seconds one agent spends on one task (warm-up tasks included).
+        after_s: The correctness probe, the plain benchmark and the stop, after the workload.
+        source: Where the figures were measured.
+    """
+
+    startup_s: float
+    agent_s_per_task: float
+    after_s: float
+    source: str
+
+
+# Medians of the 16 runs recorded in benchmarks/data/grid-smollm2-135m-cpu.json (2 cores, the
+# smollm2-135m CPU preset: 12 + 1 tasks, 2 agents): startup 42.1 s, workload 79.2 s (13 tasks
+# x 12.2 agent-seconds / 2 agents), wall 168.2 s, so 46.9 s after the workload.
+CPU_COST = RunCost(42.1, 12.2, 46.9, "the smollm2-135m CPU runs of benchmarks/data/grid-*.json")
+# The 4-trial H200 study of docs/gpu-validation.md (tiny-hybrid-mtp, 112 + 4 tasks, 4 agents):
+# ready in 44-67 s, 84 s scored windows. A real checkpoint starts and decodes slower.
+GPU_COST = RunCost(60.0, 3.0, 30.0, "a tiny test model on one H200 (docs/gpu-validation.md)")
+
+
+def run_estimate_s(preset: Any) -> float:
+    """Seconds one trial of `preset` is expected to take: startup + tasks / agents + after."""
+    cost = CPU_COST if preset.gpu.cpu else GPU_COST
+    w = preset.workload
+    tasks = w.tasks + w.warmup_tasks
+    return cost.startup_s + tasks * cost.agent_s_per_task / w.agents + cost.after_s
+
+
+def minutes(seconds: float) -> str:
+    """A duration for a person: "45 s", "about 7 min", "about 1 h 20 min"."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    total = round(seconds / 60)
+    if total < 60:
+        return f"about {total} min"
+    return f"about {total // 60} h {total % 60} min"
+
+
+def clock(seconds: float) -> str:
+    """Elapsed time as H:MM:SS."""
+    s = max(0, int(seconds))
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
+def _runs(n: int) -> str:
+    return f"{n} server run" + ("" if n == 1 else "s")
+
+
+def estimate_line(preset: Any, trials: int, confirm_runs: int) -> str:
+    """The whole command's expected time from the preset, before anything ran."""
+    per_run = run_estimate_s(preset)
+    runs = trials + confirm_runs
+    slots = max(1, preset.gpu.slots)
+    total = math.ceil(runs / slots) * per_run
+    parts = [f"{trials} trials" if trials else ""]
+    parts.append(f"{confirm_runs} confirmation runs" if confirm_runs else "")
+    what = " + ".join(p for p in parts if p)
+    at_once = f", {slots} at a time" if slots > 1 else ""
+    w = preset.workload
+    cost = CPU_COST if preset.gpu.cpu else GPU_COST
+    return (
+        f"estimate: {minutes(total)} for {_runs(runs)} ({what}{at_once}), about "
+        f"{per_run:.0f} s a run ({w.tasks + w.warmup_tasks} tasks with {w.agents} agents, "
+        f"a server start and the plain benchmark, as measured on {cost.source}); an estimate "
+        "from the preset: the measured ETA follows the first run"
+    )
+
+
+def workload_line(preset: Any) -> str:
+    """What each trial runs and what its score means in this mode."""
+    from tuner.results.configs import MODE_NOTES
+
+    w = preset.workload
+    mode = "traces" if w.traces else w.mode
+    return (
+        f"workload: {mode_line(mode, MODE_NOTES.get(mode), w.traces)}; {w.tasks} scored tasks "
+        f"with {w.agents} agents, scored in {tph_label(mode)}"
+    )
+
+
+def eta_line(left: int, slots: int, durations: list[float]) -> str:
+    """The measured ETA: runs left x this command's mean run time, `slots` at a time."""
+    per_run = sum(durations) / len(durations)
+    if left <= 0:
+        return f"ETA: no server run left (measured {per_run:.0f} s a run)"
+    total = math.ceil(left / max(1, slots)) * per_run
+    return (
+        f"ETA: {minutes(total)} left ({_runs(left)} to go at {per_run:.0f} s a run, "
+        f"measured over {_runs(len(durations))} of this command)"
+    )
+
+
+def _who(number: int, user_attrs: dict[str, Any]) -> str:
+    role = user_attrs.get(TrialAttr.ROLE)
+    if role == Role.CONFIRM:
+        of = user_attrs.get(TrialAttr.CONFIRM_OF)
+        r = user_attrs.get(TrialAttr.CONFIRM_ROUND)
+        where = f", round {int(r) + 1}" if r is not None else ""
+        return f"trial {number} (confirmation of #{of}{where})"
+    if role in (Role.BASELINE, Role.CONTROL):
+        return f"trial {number} ({role})"
+    return f"trial {number}"
+
+
+def started_line(number: int, user_attrs: dict[str, Any], label: str) -> str:
+    """A trial was handed to a worker."""
+    return f"{_who(number, user_attrs)} started: {label}"
+
+
+def ready_line(number: int, kv_cache_tokens: int | None, startup_s: float | None) -> str:
+    """Its server answered /health."""
+    kv = (
+        f"{kv_cache_tokens:,} KV cache tokens"
+        if kv_cache_tokens is not None
+        else "KV cache size not reported"
+    )
+    took = f", started in {startup_s:.1f} s" if startup_s is not None else ""
+    return f"trial {number} server ready: {kv}{took}"
+
+
+def _interval(attrs: dict[str, Any]) -> str:
+    low, high = attrs.get(TrialAttr.TASKS_PER_HOUR_LOW), attrs.get(TrialAttr.TASKS_PER_HOUR_HIGH)
+    return f" [{low:,.0f}, {high:,.0f}]" if low is not None and high is not None else ""
+
+
+def _first(text: Any) -> str:
+    lines = str(text or "").strip().splitlines()
+    return lines[0][:300] if lines else "no reason recorded"
+
+
+def finished_line(trial: FrozenTrial, mode: str | None, tasks_total: int | None = None) -> str:
+    """What a finished trial came to, in one line: scored, pruned, infeasible or failed."""
+    attrs = dict(trial.user_attrs)
+    who = _who(trial.number, attrs)
+    label = tph_label(mode)
+    wall = (attrs.get(TrialAttr.TIMING) or {}).get("worker_wall_s")
+    took = f", run {wall:.0f} s" if isinstance(wall, (int, float)) else ""
+    if attrs.get(TrialAttr.INFEASIBLE):
+        return f"{who} infeasible: {_first(attrs.get(TrialAttr.FAILURE_REASON))}{took}"
+    if trial.state == TrialState.PRUNED:
+        done = attrs.get(TrialAttr.PRUNED_AT_TASKS)
+        of = f" of {tasks_total}" if tasks_total else ""
+        rate = attrs.get(TrialAttr.TASKS_PER_HOUR)
+        so_far = f": {rate:,.0f} {label} so far" if rate is not None else ""
+        return (
+            f"{who} pruned after {done}{of} tasks{so_far}, clearly below the baseline's pace "
+            f"at the same point{took}"
+        )
+    if trial.state == TrialState.FAIL:
+        kind = attrs.get(TrialAttr.FAILURE_KIND) or "failed"
+        return f"{who} failed ({kind}): {_first(attrs.get(TrialAttr.FAILURE_REASON))}{took}"
+    value = attrs.get(TrialAttr.TASKS_PER_HOUR, trial.value)
+    score = f"{value:,.0f} {label}{_interval(attrs)}" if value is not None else "no score"
+    return f"{who} scored: {score}{took}"
+
+
+@dataclass
+class ProgressLines:
+    """Writes one flushed line per study event to `stream` (stdout by default)."""
+
+    stream: TextIO = field(default_factory=lambda: sys.stdout)
+    now: Callable[[], float] = time.monotonic
+    later_runs: int = 0  # runs planned after the current stage (the confirmation's)
+    durations: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._t0 = self.now()
+        self._started: dict[int, float] = {}
+
+    def say(self, text: str) -> None:
+        """One line, prefixed with the time since the command started, flushed."""
+        print(f"[{clock(self.now() - self._t0)}] {text}", file=self.stream, flush=True)
+
+    def started(self, number: int, user_attrs: dict[str, Any], label: str) -> None:
+        """A trial went to a worker."""
+        self._started[number] = self.now()
+        self.say(started_line(number, user_attrs, label))
+
+    def ready(self, number: int, kv_cache_tokens: int | None, startup_s: float | None) -> None:
+        """A trial's server is up."""
+        self.say(ready_line(number, kv_cache_tokens, startup_s))
+
+    def finished(
+        self, trial: FrozenTrial, mode: str | None, tasks_total: int | None, *, counted: bool
+    ) -> None:
+        """A trial came back; `counted`: it was a full run (a re-queued crash is not)."""
+        self.say(finished_line(trial, mode, tasks_total))
+        start = self._started.pop(trial.number, None)
+        if counted and start is not None:
+            self.durations.append(self.now() - start)
+
+    def eta(self, left_in_stage: int, slots: int) -> None:
+        """The measured ETA, once a run has finished in this command."""
+        if self.durations:
+            self.say(eta_line(left_in_stage + self.later_runs, slots, self.durations))
