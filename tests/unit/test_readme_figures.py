@@ -9,8 +9,8 @@ and every number in that block must appear in one of the named files. Outside su
 README may hold no figure: a number with a unit (%, s, min, h, ms, GB, MB, tasks/h, tokens,
 runs, trials, cores, ...) or a ratio (x1.34, 1.3x). It appears in a source when the source holds
 the same number as written, or one that rounds to it (168.165 for "168 s"; 0.0038 for "0.4%"). A
-source must be a file a script writes: under benchmarks/data/, or a docs file whose first line
-says "written by" the script. A figure in a block without a source comment fails, and so does a
+source must be a file a script writes: under benchmarks/data/, or a docs file whose opening
+lines (the first five) say "written by" the script. A figure in a block without a source comment fails, and so does a
 source that does not exist.
 """
 
@@ -104,8 +104,8 @@ def written_by_a_script(path: Path) -> bool:
     rel = path.relative_to(ROOT).as_posix()
     if rel.startswith("benchmarks/data/"):
         return True
-    first = path.read_text().splitlines()[0] if path.stat().st_size else ""
-    return rel.startswith("docs/") and "written by" in first
+    opening = "\n".join(path.read_text().splitlines()[:5]).lower()
+    return rel.startswith("docs/") and "written by" in opening
 
 
 def check(text: str) -> list[str]:
@@ -141,7 +141,7 @@ def test_every_readme_figure_is_in_the_file_named_next_to_it() -> None:
 
 
 def test_the_readme_stays_short() -> None:
-    assert len(README.read_text().splitlines()) <= 210
+    assert len(README.read_text().splitlines()) <= 215
 
 
 @pytest.mark.parametrize(
