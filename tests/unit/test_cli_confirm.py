@@ -110,3 +110,18 @@ def test_a_bad_confirm_field_in_a_preset_is_one_line(
     err = capsys.readouterr().err.strip()
     assert "confirm.rounds" in err and len(err.splitlines()) == 1, err
     assert not db.exists()
+
+
+def test_confirm_on_a_study_without_a_stored_preset_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A study tuner optimize did not write (here: the sample study, which stores no preset) has
+    # nothing to re-run; this was an internal KeyError('preset').
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    name = write_sample_study(url)
+    with pytest.raises(SystemExit) as info:
+        main(["confirm", "--storage", url, "--study", name, "--confirm", "1,1"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"study {name!r} has no stored preset" in err
+    assert "internal error" not in err and "Traceback" not in err

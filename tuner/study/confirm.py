@@ -310,7 +310,14 @@ def confirm_study(options: Any, plan: ConfirmPlan = DEFAULT_CONFIRM) -> ConfirmS
         study = optuna.load_study(study_name=options.study_name, storage=url)
     except KeyError:
         raise StudyError(f"no study named {options.study_name!r} in this storage") from None
-    preset = Preset.model_validate(study.user_attrs[StudyAttr.PRESET])
+    stored = study.user_attrs.get(StudyAttr.PRESET)
+    if stored is None:
+        raise StudyError(
+            f"study {options.study_name!r} has no stored preset (it was not written by "
+            "`tuner optimize`), so there is nothing to re-run: confirm a study that tuner "
+            "optimize created"
+        )
+    preset = Preset.model_validate(stored)
     store_noise(study, preset)
 
     def run_queue() -> optuna.Study:
