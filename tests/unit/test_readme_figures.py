@@ -10,8 +10,8 @@ README may hold no figure: a number with a unit (%, s, min, h, ms, GB, MB, tasks
 runs, trials, cores, ...) or a ratio (x1.34, 1.3x). It appears in a source when the source holds
 the same number as written, or one that rounds to it (168.165 for "168 s"; 0.0038 for "0.4%"). A
 source must be a file a script writes: under benchmarks/data/, or a docs file whose opening
-lines (the first five) say "written by" the script. A figure in a block without a source comment fails, and so does a
-source that does not exist.
+lines (the first five) say "written by" the script. A figure in a block without a source
+comment fails, and so does a source that does not exist.
 """
 
 from __future__ import annotations
