@@ -61,6 +61,14 @@ def optimize_cmd(
         Path | None, typer.Option("--cache-dir", envvar="TUNER_CACHE_DIR", help="Cache directory.")
     ] = None,
     confirm: Annotated[str | None, typer.Option("--confirm", help=_CONFIRM_HELP)] = None,
+    screening: Annotated[
+        bool,
+        typer.Option(
+            "--screening",
+            help="Stop a candidate after 1/4 or 1/2 of its tasks when it cannot beat the best "
+            "so far (off by default: docs/decisions.md).",
+        ),
+    ] = False,
 ) -> None:
     """Search speculative-decoding configs by successful agent tasks per hour (resumable)."""
     # Imported here: Ray and vLLM-side modules cost seconds, which other commands need not pay.
@@ -93,6 +101,7 @@ def optimize_cmd(
         ray_address=ray_address,
         seed=seed,
         show_progress=sys.stderr.isatty(),
+        screening=screening,
     )
     console.print(f"study {options.study_name or preset.study_name} on {masked(url)}")
     # One local Ray for the search and the confirmation stage: each would otherwise start and

@@ -41,6 +41,7 @@ from tuner.study.display import SlotView, StudyDisplay, ran_params
 from tuner.study.evaluate import ThroughputPlan, TrialRequest
 from tuner.study.loop import LoopOutcome, LoopSettings, RequestFactory, StudyLoop
 from tuner.study.preflight import preflight
+from tuner.study.pruning import PruneRule, ScreenRule
 from tuner.study.resume import counted, heartbeat_storage
 from tuner.study.roles import enqueue_run, is_sampled
 from tuner.study.space import Preset
@@ -72,6 +73,8 @@ class OptimizeOptions:
     ray_address: str | None = None
     seed: int | None = 0
     show_progress: bool = True
+    # Screen candidates on a prefix of the workload (tuner.study.pruning.ScreenRule).
+    screening: bool = False
 
 
 @dataclass(frozen=True)
@@ -293,6 +296,7 @@ def _run(preset: Preset, options: OptimizeOptions, *, budgeted: bool) -> StudySu
                 n_trials=options.n_trials if budgeted else None,
                 seed=options.seed,
                 timeout_s=options.timeout_s,
+                prune_rule=PruneRule(screening=ScreenRule() if options.screening else None),
             ),
             store=store,
             display=display,
