@@ -50,6 +50,8 @@ class StudyAttr:
     CONFIRMATION: Final = "confirmation"  # tuner.study.confirm's verdict per confirmed config
     VLLM_VERSION: Final = "vllm_version"  # the vLLM the study measured (tuner.study.preflight)
     VLLM_LACKS: Final = "vllm_lacks"  # knobs tuner can emit that this vLLM rejects
+    # tuner.study.sizing.workload_reductions: one line per knob cut for the workload ([] none)
+    SPACE_REDUCTIONS: Final = "space_reductions"
 
 
 class TrialAttr:

@@ -69,6 +69,14 @@ def optimize_cmd(
             "so far (off by default: docs/decisions.md).",
         ),
     ] = False,
+    full_space: Annotated[
+        bool,
+        typer.Option(
+            "--full-space",
+            help="Search every value of the preset's space, also those the workload cannot use "
+            "(max_num_seqs above its requests in flight, KV cache beyond its contexts).",
+        ),
+    ] = False,
 ) -> None:
     """Search speculative-decoding configs by successful agent tasks per hour (resumable)."""
     # Imported here: Ray and vLLM-side modules cost seconds, which other commands need not pay.
@@ -102,6 +110,7 @@ def optimize_cmd(
         seed=seed,
         show_progress=sys.stderr.isatty(),
         screening=screening,
+        full_space=full_space,
     )
     console.print(f"study {options.study_name or preset.study_name} on {masked(url)}")
     # One local Ray for the search and the confirmation stage: each would otherwise start and
