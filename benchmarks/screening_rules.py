@@ -9,7 +9,7 @@ the grid's cost) are replayed with each rule of `_replay.SCREEN_RULES`. Per rule
 - **saved**: the median, over seeds, of the seconds screening saved (each screened trial's full
   replayed cost minus what it ran) as a share of the grid's cost.
 
-    python benchmarks/screening_rules.py [--seeds 60] [--data FILE]
+    python benchmarks/screening_rules.py [--seeds 100] [--data FILE]
 
 Replay mode numbers: load shape, not graded answers. `sample_efficiency.py --screening` gives
 what a rule does to the answer (hit rates); this says why.
@@ -58,7 +58,7 @@ def rule_stats(table: GridTable, name: str, seeds: int) -> tuple[int, int, int, 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, default=60)
+    parser.add_argument("--seeds", type=int, default=100)
     parser.add_argument("--data", type=Path, default=DATA)
     args = parser.parse_args()
     if not args.data.is_file():

@@ -11,6 +11,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import optuna
+
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCH))
 
@@ -62,3 +64,38 @@ def test_a_dry_run_lists_the_plan_and_its_time_and_writes_nothing(tmp_path: Path
     hours = float(estimate.split(" = ")[1].split(" h")[0])
     assert 60 * 147 / 3600 <= hours <= 60 * 268 / 3600
     assert not out.exists()
+
+
+def test_the_replay_reads_a_large_grid_file_and_its_finished_half_alone() -> None:
+    # Mechanics only (no large recording exists yet): each config borrows a recorded run of
+    # the 10-config grid, as the file will hold once `--space large` has run.
+    import copy
+    import json
+    import random
+
+    from _replay import GridTable
+    from _replay_backend import ReplayBackend
+
+    from tuner.study.driver import request_factory
+    from tuner.study.loop import LoopSettings, StudyLoop
+
+    grid_plan = record_grid.PLANS["large"]
+    preset = grid_plan.preset()
+    old = json.loads(record_grid.DATA.read_text())
+    data = record_grid._new_data(preset, grid_plan)
+    runs = [r for r in old["runs"] if r.get("tasks")]
+    for i, (key, rep) in enumerate(record_grid.plan(preset, grid_plan.noise)):
+        run = copy.deepcopy(runs[i % len(runs)])
+        run.update(params=json.loads(key), rep=rep)
+        data["runs"].append(run)
+    table = GridTable(copy.deepcopy(data))
+    assert not table.partial and len(table.configs) == 52 and not table.missing()
+    backend = ReplayBackend(table, 1, random.Random(1))
+    study = optuna.create_study(direction="maximize")
+    make = request_factory(table.preset, model_path="recorded", cache_dir=Path("."))
+    StudyLoop(study, table.preset, backend, make, LoopSettings(n_trials=8, seed=1)).run()
+    assert len(backend.spans) == 8
+    # While the recording runs, the baseline's KV size (recorded first) is replayed alone.
+    half = [r for r in data["runs"] if r["params"]["kv_cache_memory_bytes"] == 2_000_000_000]
+    partial = GridTable({**data, "runs": half})
+    assert partial.partial and len(partial.configs) == 26
