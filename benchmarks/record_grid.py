@@ -81,8 +81,7 @@ LOCK = Path("/tmp/tuner-heavy.lock")
 DATA_LOCK = Path("/tmp/tuner-grid-data.lock")
 COMMAND = "nohup .venv/bin/python benchmarks/record_grid.py > /tmp/record_grid.log 2>&1 &"
 LARGE_COMMAND = (
-    "nohup .venv/bin/python benchmarks/record_grid.py --space large "
-    "> /tmp/grid_large.log 2>&1 &"
+    "nohup .venv/bin/python benchmarks/record_grid.py --space large > /tmp/grid_large.log 2>&1 &"
 )
 NOISE_REPEATS = 2  # extra runs of each noise config: three runs in all
 # The trimmed space (see the module docstring); everything else is the shipped CPU preset.
