@@ -114,3 +114,32 @@ def test_without_screening_no_trial_carries_a_rung() -> None:
     for t in study.get_trials(deepcopy=False):
         assert TrialAttr.RUNG not in t.user_attrs
         assert TrialAttr.SCREENED_OUT_AT not in t.user_attrs
+
+
+def test_tuner_optimize_screens_only_when_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    import tuner.study as study_pkg
+    from tuner.cli import app
+    from tuner.study import driver
+
+    seen: list[driver.OptimizeOptions] = []
+
+    def capture(_preset: object, options: driver.OptimizeOptions) -> None:
+        seen.append(options)
+        raise SystemExit(0)  # the options are what this test checks; the study is not run
+
+    monkeypatch.setattr(study_pkg, "optimize", capture)
+    # --ray-address: the command then joins a cluster instead of starting Ray (never reached).
+    base = ["optimize", "--model", "smollm2-135m", "--gpu", "cpu", "--ray-address",
+            "127.0.0.1:1", "--storage", f"sqlite:///{tmp_path / 't.db'}"]  # fmt: skip
+    runner = CliRunner()
+    for args in (base, [*base, "--screening"]):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0, result.output
+    assert [o.screening for o in seen] == [False, True]
+    off, on = (driver.loop_settings(o, budgeted=True).prune_rule for o in seen)
+    assert off.screening is None and on.screening == ScreenRule()
+    assert off.min_completed == on.min_completed  # the baseline rule is unchanged

@@ -124,3 +124,26 @@ def test_the_driver_says_each_cut_and_full_space_or_an_older_study_keeps_it(
     kept, lines = reduce_space(preset, options, str(smollm2_path), said.append)
     assert kept == preset and lines == []
     assert said and "full space before" in said[0]
+
+
+def test_tuner_optimize_passes_full_space_through(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    import tuner.study as study_pkg
+    from tuner.cli import app
+
+    seen: list[OptimizeOptions] = []
+
+    def capture(_preset: object, options: OptimizeOptions) -> None:
+        seen.append(options)
+        raise SystemExit(0)  # the options are what this test checks; the study is not run
+
+    monkeypatch.setattr(study_pkg, "optimize", capture)
+    base = ["optimize", "--model", "smollm2-135m", "--gpu", "cpu", "--ray-address",
+            "127.0.0.1:1", "--storage", f"sqlite:///{tmp_path / 't.db'}"]  # fmt: skip
+    for args in (base, [*base, "--full-space"]):
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 0, result.output
+    assert [o.full_space for o in seen] == [False, True]

@@ -299,12 +299,7 @@ def _run(preset: Preset, options: OptimizeOptions, *, budgeted: bool) -> StudySu
             preset,
             backend,
             request_factory(preset, model_path=model_path, cache_dir=options.cache_dir),
-            LoopSettings(
-                n_trials=options.n_trials if budgeted else None,
-                seed=options.seed,
-                timeout_s=options.timeout_s,
-                prune_rule=PruneRule(screening=ScreenRule() if options.screening else None),
-            ),
+            loop_settings(options, budgeted=budgeted),
             store=store,
             display=display,
         )
@@ -332,6 +327,16 @@ def _run(preset: Preset, options: OptimizeOptions, *, budgeted: bool) -> StudySu
         if ray_tmp is not None:
             shutil.rmtree(ray_tmp, ignore_errors=True)
     return _summary(study, outcome)
+
+
+def loop_settings(options: OptimizeOptions, *, budgeted: bool) -> LoopSettings:
+    """The loop's settings for a run of `options` (`--screening` adds `ScreenRule()`)."""
+    return LoopSettings(
+        n_trials=options.n_trials if budgeted else None,
+        seed=options.seed,
+        timeout_s=options.timeout_s,
+        prune_rule=PruneRule(screening=ScreenRule() if options.screening else None),
+    )
 
 
 def reduce_space(
