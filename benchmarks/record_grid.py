@@ -17,11 +17,40 @@ at most two sequences run, so 4 and 8 schedule identically). That is 2 + 4 x 2 =
 configurations, plus two more runs of three of them for the noise: 16 runs, about 40 minutes of
 server time at the measured 150-270 s a trial.
 
+The large grid (`--space large`, `benchmarks/data/grid-smollm2-135m-cpu-large.json`): on the
+10-config grid a search cannot be told from a coin (25% of its cost is 2-3 trials and 4 of 9
+candidates are within 5% of the best), so this one has 52 configurations:
+
+- no speculation, and n-gram at every depth 1-4;
+- three lookup windows, `prompt_lookup_min` 1, 2 or 3 with `prompt_lookup_max` 3: the shortest
+  match vLLM's proposer accepts is the window knob that changes how often it drafts (min 1
+  drafts after any repeated token, min 3 only after a repeated trigram), and a preset space is
+  a product of ranges, so a list of arbitrary windows such as [1,2],[2,4] would not be a space
+  the sampler draws from; the existing grid's 2-3 is one of the three;
+- KV cache 300 MB and 2 GB (the preset's smallest and the baseline's; both already hold every
+  agent's context, see `tuner.study.space.workload_reductions`, so the middle 1 GB adds cost,
+  not information);
+- `max_num_seqs` 2 (the two agents' concurrency) and 8 (the baseline's): whether a value above
+  the workload's concurrency changes anything is exactly what the space reduction claims it
+  does not, and this grid measures it;
+- four configurations run three times (noise): the baseline, the existing grid's best region
+  (depth 4, 300 MB), a shallow aggressive one (depth 1, min 1) and one at `max_num_seqs` 2.
+
+That is 4 + 4 x 3 x 2 x 2 = 52 configurations and 8 noise repeats: 60 runs. A run on this box
+cost 147-268 s, 172 s on average, in the 10-config recording (its `wall_s`: startup, warm-up,
+the scored window and the plain benchmark), so the large grid is about 2.9 hours of server time
+on an otherwise idle box (`--dry-run` prints the plan and the estimate from the recorded
+seconds). Cut further in each direction: the preset's third KV size (x1.5 runs), all nine
+lookup windows (x3) or `max_num_seqs` 4 (x1.5) would each push it past 4 hours, past what one
+idle evening records; depths above 4 are outside the shipped preset.
+
 Each evaluation takes the shared heavy lock (`/tmp/tuner-heavy.lock`) for itself only, so other
 users of the box interleave. The file is rewritten after every run and runs already in it are
 skipped, so a killed recorder resumes. Re-record with:
 
     nohup .venv/bin/python benchmarks/record_grid.py > /tmp/record_grid.log 2>&1 &
+    nohup .venv/bin/python benchmarks/record_grid.py --space large > /tmp/grid_large.log 2>&1 &
+    .venv/bin/python benchmarks/record_grid.py --space large --dry-run   # the plan, no server
 """
 
 from __future__ import annotations
@@ -35,7 +64,9 @@ import random
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from statistics import fmean
 from typing import Any
 
 from tuner.models import prepare
@@ -45,9 +76,13 @@ from tuner.study.space import Preset, load_preset
 from tuner.workload import RunProgress
 
 DATA = Path(__file__).resolve().parent / "data" / "grid-smollm2-135m-cpu.json"
+LARGE_DATA = DATA.with_name("grid-smollm2-135m-cpu-large.json")
 LOCK = Path("/tmp/tuner-heavy.lock")
 DATA_LOCK = Path("/tmp/tuner-grid-data.lock")
 COMMAND = "nohup .venv/bin/python benchmarks/record_grid.py > /tmp/record_grid.log 2>&1 &"
+LARGE_COMMAND = (
+    "nohup .venv/bin/python benchmarks/record_grid.py --space large > /tmp/grid_large.log 2>&1 &"
+)
 NOISE_REPEATS = 2  # extra runs of each noise config: three runs in all
 # The trimmed space (see the module docstring); everything else is the shipped CPU preset.
 TRIMMED_SPACE: dict[str, Any] = {
@@ -80,12 +115,65 @@ NOISE_CONFIGS: tuple[dict[str, Any], ...] = (
 )
 
 
+# The large space (see the module docstring): 52 configurations.
+LARGE_SPACE: dict[str, Any] = {
+    "methods": ["none", "ngram"],
+    "num_speculative_tokens": {"low": 1, "high": 4},
+    "prompt_lookup_min": {"low": 1, "high": 3},
+    "prompt_lookup_max": {"low": 3, "high": 3},
+    "kv_cache_memory_bytes": [300_000_000, 2_000_000_000],
+    "max_num_seqs": [2, 8],
+}
+
+
+def _ngram(depth: int, lookup_min: int, kv: int, seqs: int) -> dict[str, Any]:
+    return {
+        "method": "ngram",
+        "num_speculative_tokens": depth,
+        "prompt_lookup_min": lookup_min,
+        "prompt_lookup_max": 3,
+        "kv_cache_memory_bytes": kv,
+        "max_num_seqs": seqs,
+    }
+
+
+# Noise of the large grid: the baseline, the 10-config grid's best region, a shallow aggressive
+# one, and one at max_num_seqs 2 (three runs each).
+LARGE_NOISE_CONFIGS: tuple[dict[str, Any], ...] = (
+    {"method": "none", "kv_cache_memory_bytes": 2_000_000_000, "max_num_seqs": 8},
+    _ngram(4, 2, 300_000_000, 8),
+    _ngram(1, 1, 2_000_000_000, 8),
+    _ngram(3, 2, 2_000_000_000, 2),
+)
+
+
+@dataclass(frozen=True)
+class GridPlan:
+    """One recordable grid: its space, noise configs, data file and re-record command."""
+
+    name: str
+    space: dict[str, Any]
+    noise: tuple[dict[str, Any], ...]
+    data: Path
+    command: str
+
+    def preset(self) -> Preset:
+        """The shipped CPU preset with this grid's space."""
+        base = load_preset(model="smollm2-135m", gpu="cpu")
+        data = json.loads(base.model_dump_json())
+        data["space"] = self.space
+        return Preset.model_validate(data)
+
+
+PLANS = {
+    "trimmed": GridPlan("trimmed", TRIMMED_SPACE, NOISE_CONFIGS, DATA, COMMAND),
+    "large": GridPlan("large", LARGE_SPACE, LARGE_NOISE_CONFIGS, LARGE_DATA, LARGE_COMMAND),
+}
+
+
 def trimmed_preset() -> Preset:
     """The shipped CPU preset with the recorded (trimmed) space."""
-    base = load_preset(model="smollm2-135m", gpu="cpu")
-    data = json.loads(base.model_dump_json())
-    data["space"] = TRIMMED_SPACE
-    return Preset.model_validate(data)
+    return PLANS["trimmed"].preset()
 
 
 def grid(preset: Preset) -> Iterator[dict[str, Any]]:
@@ -124,7 +212,9 @@ def config_key(params: dict[str, Any]) -> str:
     return json.dumps(params, sort_keys=True)
 
 
-def plan(preset: Preset) -> list[tuple[str, int]]:
+def plan(
+    preset: Preset, noise: tuple[dict[str, Any], ...] = NOISE_CONFIGS
+) -> list[tuple[str, int]]:
     """(config key, repeat) in run order.
 
     First the configs with the baseline's KV cache (a complete part of the grid that a replay
@@ -142,7 +232,7 @@ def plan(preset: Preset) -> list[tuple[str, int]]:
     rest = [config_key(p) for p in configs if config_key(p) not in first]
     random.Random(12).shuffle(first)
     random.Random(13).shuffle(rest)
-    repeats = [(config_key(p), r) for p in NOISE_CONFIGS for r in range(1, NOISE_REPEATS + 1)]
+    repeats = [(config_key(p), r) for p in noise for r in range(1, NOISE_REPEATS + 1)]
     base_repeats = [(k, r) for k, r in repeats if k == config_key(base)]
     other_repeats = [run for run in repeats if run not in base_repeats]
     random.Random(14).shuffle(other_repeats)
@@ -206,16 +296,16 @@ def _save(path: Path, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def _new_data(preset: Preset) -> dict[str, Any]:
+def _new_data(preset: Preset, grid_plan: GridPlan) -> dict[str, Any]:
     return {
         "about": (
-            "Every configuration of the trimmed smollm2-135m CPU space evaluated by "
+            f"Every configuration of the {grid_plan.name} smollm2-135m CPU space evaluated by "
             "tuner.study.evaluate.evaluate on the real vLLM CPU build (replay workload: load "
             "shape, not graded answers), plus noise repeats; runs with a 'source' were taken "
-            "from tuner studies run on the same machine (--harvest). Trim: see "
+            "from tuner studies run on the same machine (--harvest). Why this space: see "
             "benchmarks/record_grid.py's docstring."
         ),
-        "command": COMMAND,
+        "command": grid_plan.command,
         "machine": f"{platform.node()} {os.cpu_count()} cores",
         "preset": json.loads(preset.model_dump_json()),
         "runs": [],
@@ -247,17 +337,27 @@ def _append(path: Path, entries: list[dict[str, Any]]) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=DATA)
+    parser.add_argument(
+        "--space", choices=sorted(PLANS), default="trimmed", help="which grid (docstring)"
+    )
+    parser.add_argument("--out", type=Path, default=None, help="default: the grid's data file")
     parser.add_argument("--limit", type=int, default=None, help="stop after this many runs")
     parser.add_argument(
         "--harvest", nargs="+", metavar="URL", help="take grid runs from these study storages"
     )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="list the runs to go and their estimated time"
+    )
     args = parser.parse_args()
 
-    preset = trimmed_preset()
+    grid_plan = PLANS[args.space]
+    args.out = args.out or grid_plan.data
+    preset = grid_plan.preset()
+    if args.dry_run:
+        return _dry_run(args.out, preset, grid_plan, args.limit)
     data = _load(args.out)
     if data is None:
-        _save(args.out, _new_data(preset))
+        _save(args.out, _new_data(preset, grid_plan))
     elif Preset.model_validate(data["preset"]) != preset:
         # Compared as presets, not as JSON: a field added to Preset later (with its default)
         # does not make the recording a different one.
@@ -273,13 +373,53 @@ def main() -> int:
         _append(args.out, found)
         print(f"harvested {len(found)} runs: {[e['source'] for e in found]}")
         return 0
-    return _record(args.out, preset, args.limit)
+    return _record(args.out, preset, grid_plan, args.limit)
 
 
-def _record(path: Path, preset: Preset, limit: int | None) -> int:
+def recorded_run_seconds(path: Path = DATA) -> list[float]:
+    """Wall seconds of every run recorded in a grid file (what one run costs on this box)."""
+    data = _load(path)
+    return [float(r["wall_s"]) for r in data["runs"]] if data else []
+
+
+def _dry_run(path: Path, preset: Preset, grid_plan: GridPlan, limit: int | None) -> int:
+    """Print the plan (runs to go, in order) and the time it takes at the recorded seconds."""
+    data = _load(path)
+    if data is not None and Preset.model_validate(data["preset"]) != preset:
+        print(f"{path} was recorded with another preset; move it away first", file=sys.stderr)
+        return 2
+    runs = plan(preset, grid_plan.noise)
+    done = _done(data or {"runs": []})
+    todo = [run for run in runs if run not in done]
+    if limit is not None:
+        todo = todo[:limit]
+    configs = len({k for k, _ in runs})
+    noise = len(grid_plan.noise)
+    print(
+        f"{grid_plan.name} grid -> {path}: {configs} configs, {noise} of them run "
+        f"{NOISE_REPEATS + 1} times: {len(runs)} runs, {len(runs) - len(todo)} recorded, "
+        f"{len(todo)} to go"
+    )
+    for i, (key, rep) in enumerate(todo, start=1):
+        print(f"  {i:3d}. {key} rep {rep}")
+    seconds = recorded_run_seconds(DATA)
+    if seconds:
+        mean, low, high = fmean(seconds), min(seconds), max(seconds)
+        print(
+            f"estimate: {len(todo)} runs x {mean:.0f} s (mean of {len(seconds)} runs in "
+            f"{DATA.name}, {low:.0f}-{high:.0f} s) = {len(todo) * mean / 3600:.1f} h of server "
+            f"time on an idle box ({len(todo) * low / 3600:.1f}-{len(todo) * high / 3600:.1f} h "
+            "at the fastest and slowest recorded run), plus any wait for the heavy lock"
+        )
+    print(f"record with: {grid_plan.command}")
+    return 0
+
+
+def _record(path: Path, preset: Preset, grid_plan: GridPlan, limit: int | None) -> int:
     cache = get_settings().cache_path()
     model_path = str(prepare(preset.model.prepare or "smollm2-135m", cache))
-    todo = [run for run in plan(preset) if run not in _done(_load(path) or {"runs": []})]
+    done = _done(_load(path) or {"runs": []})
+    todo = [run for run in plan(preset, grid_plan.noise) if run not in done]
     if limit is not None:
         todo = todo[:limit]
     print(f"{len(todo)} runs to go", flush=True)

@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from _replay import DATA, GridTable, config_key
+from _replay import DATA, SCREEN_RULES, GridTable, config_key
 from _replay_backend import ReplayBackend
 
 from tuner.attrs import TrialAttr
@@ -351,6 +351,22 @@ def summarize(runs: list[StudyRun]) -> tuple[list[float], float | None]:
     return shares, None if median == float("inf") else median
 
 
+def _screening_searches(*, all_rules: bool) -> list[Search]:
+    """tuner and random search with the shipped screening rule; `all_rules`: every rule."""
+    shipped = SCREEN_RULES["shipped"]
+    out = [
+        Search("tuner + screening", make_sampler, PruneRule(screening=shipped)),
+        Search("random + screening", _random, PruneRule(screening=shipped)),
+    ]
+    if all_rules:
+        out += [
+            Search(f"tuner + screening {name}", make_sampler, PruneRule(screening=rule))
+            for name, rule in SCREEN_RULES.items()
+            if name != "shipped"
+        ]
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=100)
@@ -358,7 +374,12 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--variants", action="store_true", help="also the settings compared")
     parser.add_argument("--out", type=Path, default=OUT, help="the Markdown table (and .json)")
+    parser.add_argument(
+        "--screening", action="store_true", help="also tuner and random search with screening"
+    )
     args = parser.parse_args()
+    if args.screening:
+        SEARCHES_ALL.extend(_screening_searches(all_rules=args.variants))
     if args.variants:
         SEARCHES_ALL.extend(VARIANTS)
         if importlib.util.find_spec("scipy") is None:

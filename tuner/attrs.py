@@ -53,6 +53,8 @@ class StudyAttr:
     # The run-to-run noise of a round's paired log ratio the verdicts used
     # (tuner.metrics.BetweenRunNoise.to_json()): stored so a verdict can be recomputed.
     BETWEEN_RUN_NOISE: Final = "between_run_noise"
+    # tuner.study.sizing.workload_reductions: one line per knob cut for the workload ([] none)
+    SPACE_REDUCTIONS: Final = "space_reductions"
 
 
 class TrialAttr:
@@ -87,6 +89,10 @@ class TrialAttr:
     FAILURE_REASON: Final = "failure_reason"  # one line
     INFEASIBLE: Final = "infeasible"  # True when the config cannot run on this card
     PRUNED_AT_TASKS: Final = "pruned_at_tasks"
+    # Screening (tuner.study.pruning.ScreenRule): rungs a candidate passed, and where it was
+    # stopped ({"rung", "tasks", "optimistic_tasks_per_hour", "best_tasks_per_hour"}).
+    RUNG: Final = "rung"
+    SCREENED_OUT_AT: Final = "screened_out_at"
     REQUEUED_FROM: Final = "requeued_from"  # number of the interrupted trial this one repeats
     DUPLICATE_OF: Final = "duplicate_of"  # a queued run that repeated this trial (FAIL, no count)
     DRIVER: Final = "driver"  # {"host", "pid"} of the driver process running the trial

@@ -70,6 +70,22 @@ def optimize_cmd(
             "an identical copy must not beat the baseline).",
         ),
     ] = None,
+    screening: Annotated[
+        bool,
+        typer.Option(
+            "--screening",
+            help="Stop a candidate after 1/4 or 1/2 of its tasks when it cannot beat the best "
+            "so far (off by default: docs/decisions.md).",
+        ),
+    ] = False,
+    full_space: Annotated[
+        bool,
+        typer.Option(
+            "--full-space",
+            help="Search every value of the preset's space, also those the workload cannot use "
+            "(max_num_seqs above its requests in flight, KV cache beyond its contexts).",
+        ),
+    ] = False,
 ) -> None:
     """Search speculative-decoding configs by successful agent tasks per hour (resumable)."""
     # Imported here: Ray and vLLM-side modules cost seconds, which other commands need not pay.
@@ -106,6 +122,8 @@ def optimize_cmd(
         ray_address=ray_address,
         seed=seed,
         also_try_baseline=also_try == "baseline",
+        screening=screening,
+        full_space=full_space,
         **_progress_options(),
     )
     console.print(f"study {options.study_name or preset.study_name} on {masked(url)}")

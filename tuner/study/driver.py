@@ -21,6 +21,7 @@ import os
 import shutil
 import signal
 import socket
+import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -42,8 +43,10 @@ from tuner.study.evaluate import ThroughputPlan, TrialRequest
 from tuner.study.loop import LoopOutcome, LoopSettings, RequestFactory, StudyLoop
 from tuner.study.preflight import preflight
 from tuner.study.progress import ProgressLines
+from tuner.study.pruning import PruneRule, ScreenRule
 from tuner.study.resume import counted, heartbeat_storage
 from tuner.study.roles import enqueue_run, is_sampled
+from tuner.study.sizing import read_model_config, workload_reductions
 from tuner.study.space import Preset
 
 __all__ = [
@@ -77,6 +80,10 @@ class OptimizeOptions:
     # One plain line per event where output is not a terminal (tuner.study.progress); it lives
     # for the whole command, so its ETA spans the search and the confirmation.
     progress: ProgressLines | None = None
+    # Screen candidates on a prefix of the workload (tuner.study.pruning.ScreenRule).
+    screening: bool = False
+    # Search the preset's space as written (no tuner.study.sizing.workload_reductions).
+    full_space: bool = False
 
 
 @dataclass(frozen=True)
@@ -284,7 +291,10 @@ def _run(preset: Preset, options: OptimizeOptions, *, budgeted: bool) -> StudySu
     try:
         store = Store(options.storage_url)
         store.migrate()  # tuner's tables first, before Optuna touches the database
+        quiet = None if budgeted else (lambda _line: None)  # said once, by the search
+        preset, reductions = reduce_space(preset, options, model_path, quiet)
         study = open_study(preset, options)
+        study.set_user_attr(StudyAttr.SPACE_REDUCTIONS, reductions)
         start.record(study)
         backend = RayBackend(slots=preset.gpu.slots, gpus_per_slot=preset.gpu.gpus_per_slot)
         display = StudyDisplay(
@@ -299,12 +309,7 @@ def _run(preset: Preset, options: OptimizeOptions, *, budgeted: bool) -> StudySu
             preset,
             backend,
             request_factory(preset, model_path=model_path, cache_dir=options.cache_dir),
-            LoopSettings(
-                n_trials=options.n_trials if budgeted else None,
-                seed=options.seed,
-                timeout_s=options.timeout_s,
-                also_try_baseline=options.also_try_baseline and budgeted,
-            ),
+            loop_settings(options, budgeted=budgeted),
             store=store,
             display=display,
         )
@@ -332,6 +337,60 @@ def _run(preset: Preset, options: OptimizeOptions, *, budgeted: bool) -> StudySu
         if ray_tmp is not None:
             shutil.rmtree(ray_tmp, ignore_errors=True)
     return _summary(study, outcome)
+
+
+def loop_settings(options: OptimizeOptions, *, budgeted: bool) -> LoopSettings:
+    """The loop's settings for a run of `options` (`--screening` adds `ScreenRule()`)."""
+    return LoopSettings(
+        n_trials=options.n_trials if budgeted else None,
+        seed=options.seed,
+        timeout_s=options.timeout_s,
+        also_try_baseline=options.also_try_baseline and budgeted,
+        prune_rule=PruneRule(screening=ScreenRule() if options.screening else None),
+    )
+
+
+def reduce_space(
+    preset: Preset,
+    options: OptimizeOptions,
+    model_path: str,
+    say: Callable[[str], None] | None = None,
+) -> tuple[Preset, list[str]]:
+    """The space cut to what can matter for the workload, and one line per cut (also said).
+
+    `--full-space` keeps the preset as written; so does a study that already searched the full
+    space (its stored preset is the unreduced one), so resuming it stays comparable.
+    """
+    if options.full_space:
+        return preset, []
+    reduced, cuts = workload_reductions(preset, model_config=read_model_config(model_path))
+    if not cuts:
+        return preset, []
+    stored = _stored_preset(options.storage_url, options.study_name or preset.study_name)
+    if stored is not None and same_scores(stored, preset):
+        (say or _stderr)(
+            "space: this study searched the preset's full space before; kept (a new --study "
+            "name gets the space reduced for the workload)"
+        )
+        return preset, []
+    lines = [c.line() for c in cuts]
+    for line in lines:
+        (say or _stderr)(f"{line} (--full-space searches every value)")
+    return reduced, lines
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _stored_preset(url: str, name: str) -> dict[str, Any] | None:
+    """The preset an existing study stored, None when there is no such study."""
+    try:
+        study = optuna.load_study(study_name=name, storage=normalize_url(url))
+    except KeyError:
+        return None
+    stored = study.user_attrs.get(StudyAttr.PRESET)
+    return stored if isinstance(stored, dict) else None
 
 
 def apply_overrides(spec: ServerSpec, overrides: dict[str, Any]) -> ServerSpec:

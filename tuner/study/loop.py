@@ -329,10 +329,12 @@ class StudyLoop:
 
     # ---- progress and pruning ---------------------------------------------------------------
 
-    def _reference(self) -> tuple[dict[int, float] | None, int]:
-        """The baseline's running-rate curve and how many sampled trials completed."""
+    def _reference(self) -> tuple[dict[int, float] | None, int, dict[int, float] | None]:
+        """The baseline's running-rate curve, how many sampled trials completed, and the
+        running-rate curve of the best of them (what screening compares with)."""
         curve = None
         completed = 0
+        best: FrozenTrial | None = None
         for t in self._trials():
             if not is_sampled(t) or t.state != TrialState.COMPLETE:
                 continue
@@ -341,11 +343,16 @@ class StudyLoop:
             completed += 1
             if curve is None and role_of(t) == Role.BASELINE:
                 curve = dict(t.intermediate_values) or {1: float(t.value or 0.0)}
-        return curve, completed
+            if best is None or (t.value or 0.0) > (best.value or 0.0):
+                best = t
+        best_curve = None
+        if best is not None:
+            best_curve = dict(best.intermediate_values) or {1: float(best.value or 0.0)}
+        return curve, completed, best_curve
 
     def _relay(self) -> None:
         progress = self.backend.progress()
-        curve, completed = self._reference()
+        curve, completed, best_curve = self._reference()
         for number, run in self.inflight.items():
             p = progress.get(number)
             if p is None:
@@ -358,19 +365,44 @@ class StudyLoop:
                 view.state = "pruning" if run.stopping else p.state
                 view.tasks_done, view.tasks_total = p.tasks_done, p.tasks_total
                 view.tasks_per_hour = p.tasks_per_hour
-            if p.tasks_per_hour is None or p.tasks_done <= self.reported.get(number, 0):
+            previous = self.reported.get(number, 0)
+            if p.tasks_per_hour is None or p.tasks_done <= previous:
                 continue
             self.reported[number] = p.tasks_done
             run.trial.report(float(p.tasks_per_hour), p.tasks_done)
             rate = RunningRate(p.tasks_done, p.tasks_total, p.successes, p.elapsed_s)
-            if (
-                run.role == Role.CANDIDATE
-                and not run.stopping
-                and self.settings.prune_rule.should_prune(rate, curve, completed)
+            if run.role != Role.CANDIDATE or run.stopping:
+                continue
+            rule = self.settings.prune_rule
+            if rule.should_prune(rate, curve, completed) or (
+                rule.screening is not None and not self._screen(run, rate, previous, best_curve)
             ):
                 self.backend.request_stop(number)
                 run.stopping = True
         self.display.update()
+
+    def _screen(
+        self, run: _Running, rate: RunningRate, previous: int, best: dict[int, float] | None
+    ) -> bool:
+        """Judge a rung the candidate just reached; False when it is screened out."""
+        screening = self.settings.prune_rule.screening
+        assert screening is not None
+        verdict = screening.judge(rate, previous, best)
+        if verdict is None:
+            return True
+        if verdict.passed:
+            run.trial.set_user_attr(TrialAttr.RUNG, verdict.rung)
+            return True
+        run.trial.set_user_attr(
+            TrialAttr.SCREENED_OUT_AT,
+            {
+                "rung": verdict.rung,
+                "tasks": verdict.step,
+                "optimistic_tasks_per_hour": round(verdict.optimistic, 2),
+                "best_tasks_per_hour": round(verdict.reference or 0.0, 2),
+            },
+        )
+        return False
 
     # ---- results ----------------------------------------------------------------------------
 

@@ -17,20 +17,31 @@ sets their window (an 8-12 task run lasts tens of seconds), and CI runs them man
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from tuner.errors import ConfigError
 from tuner.workload.settings import WorkloadSettings
 from tuner.workload.tasks import build_task_set
 
+if TYPE_CHECKING:
+    from tuner.study.space import Preset
+
 __all__ = [
     "MIN_SCORED_S",
+    "Reduction",
     "Sizing",
     "check_sizing",
+    "in_flight",
+    "kv_bytes_per_token",
     "mean_tool_latency_s",
     "min_tasks",
+    "read_model_config",
     "size_workload",
+    "workload_reductions",
 ]
 
 MIN_SCORED_S = 60.0
@@ -139,3 +150,140 @@ def check_sizing(settings: WorkloadSettings, *, where: str) -> Sizing:
         f"{where}: {sizing.line()}, under the {MIN_SCORED_S:.0f} s a GPU needs to measure "
         f"tasks/h; use at least {sizing.needed_tasks} tasks (--tasks {sizing.needed_tasks})"
     )
+
+
+# ---- the space knows the workload ---------------------------------------------------------------
+#
+# Some knob values cannot change anything for the configured workload, so searching them only
+# spends trials. `reduce_for_workload` drops them before the study starts, one stated line each:
+#
+# - max_num_seqs: a closed-loop agent has one request in flight at a time, so the server never
+#   holds more than `agents` sequences (the load sweep's largest agent count, if the preset
+#   sweeps); vLLM's max_num_seqs only caps the batch. Every choice at or above that schedules
+#   the same batches; on a GPU a larger one only reserves more for CUDA graphs and activations.
+# - KV cache bytes (CPU presets' kv_cache_memory_bytes): every agent's whole context is at most
+#   agents x workload.shape.max_context_tokens tokens, at the bytes per token the model config
+#   gives (2 x attention layers x KV heads x head dim x 2 bytes for bf16); a cache that holds
+#   that holds every live sequence and the shared prefix, so a larger one changes nothing but
+#   the memory it takes. Not applied to hybrid models (their cache also holds per-sequence
+#   state the config does not size simply) nor to gpu_memory_utilization (the KV it leaves
+#   depends on weights and activations measured at start).
+#
+# Kept: every value below the need (it can throttle, so it can change the result), the smallest
+# value that covers the need, and the baseline's value (the baseline is trial 0 of the same
+# space and Optuna refuses a queued value that is not among the choices). `--full-space` keeps
+# the preset's space as written.
+
+
+@dataclass(frozen=True)
+class Reduction:
+    """One knob's choices cut for the workload, and why."""
+
+    knob: str
+    before: tuple[int, ...]
+    after: tuple[int, ...]
+    evidence: str
+
+    def line(self) -> str:
+        """One line for the user (printed at study start, stored as a study attribute)."""
+        return f"space: {self.knob} {list(self.before)} -> {list(self.after)}: {self.evidence}"
+
+
+def kv_bytes_per_token(config: dict[str, Any]) -> int | None:
+    """KV cache bytes per token from a Hugging Face model config (None: cannot tell).
+
+    2 (K and V) x full-attention layers x KV heads x head dim x 2 bytes (vLLM's default KV
+    dtype follows the bf16/fp16 weights). A config with linear-attention layers (a hybrid) is
+    None: its cache also holds per-sequence state.
+    """
+    text = config.get("text_config") or config
+    layer_types = text.get("layer_types")
+    if layer_types and any(t != "full_attention" for t in layer_types):
+        return None
+    layers = text.get("num_hidden_layers")
+    heads = text.get("num_attention_heads")
+    kv_heads = text.get("num_key_value_heads") or heads
+    head_dim = text.get("head_dim") or (
+        text["hidden_size"] // heads if heads and text.get("hidden_size") else None
+    )
+    if not (layers and kv_heads and head_dim):
+        return None
+    return 2 * int(layers) * int(kv_heads) * int(head_dim) * 2
+
+
+def read_model_config(model_path: str) -> dict[str, Any] | None:
+    """The model's config.json when the model is a local directory (None otherwise)."""
+    path = Path(model_path) / "config.json"
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def in_flight(preset: Preset) -> int:
+    """The most requests the workload (and the preset's load sweep) ever has in flight."""
+    return max(preset.workload.agents, *preset.load_sweep, 1)
+
+
+def _keep(choices: tuple[int, ...], need: int, baseline: int | None) -> tuple[int, ...]:
+    covering = sorted(c for c in choices if c >= need)
+    keep = {c for c in choices if c < need}
+    if covering:
+        keep.add(covering[0])
+    if baseline is not None:
+        keep.add(baseline)
+    return tuple(c for c in choices if c in keep)
+
+
+def workload_reductions(
+    preset: Preset, *, model_config: dict[str, Any] | None
+) -> tuple[Preset, list[Reduction]]:
+    """The preset with knob values that cannot matter for its workload dropped, and why.
+
+    Args:
+        preset: The preset to run (after `tuner.study.preflight`).
+        model_config: The model's config.json (`read_model_config`); None: KV not reduced.
+    """
+    space, base = preset.space, preset.baseline_params()
+    updates: dict[str, Any] = {}
+    out: list[Reduction] = []
+    flight = in_flight(preset)
+    seqs = _keep(space.max_num_seqs, flight, base.get("max_num_seqs"))
+    if seqs != space.max_num_seqs:
+        sweep = f" (load sweep up to {max(preset.load_sweep)})" if preset.load_sweep else ""
+        out.append(
+            Reduction(
+                "max_num_seqs",
+                space.max_num_seqs,
+                seqs,
+                f"{preset.workload.agents} closed-loop agents{sweep} never have more than "
+                f"{flight} requests in flight, so every choice >= {flight} schedules the same "
+                "batches; kept the smallest that covers it and the baseline's",
+            )
+        )
+        updates["max_num_seqs"] = seqs
+    per_token = kv_bytes_per_token(model_config) if model_config is not None else None
+    kv = space.kv_cache_memory_bytes
+    if kv is not None and per_token is not None and not preset.model.hybrid:
+        tokens = preset.workload.agents * preset.workload.shape.max_context_tokens
+        need = tokens * per_token
+        kept = _keep(kv, need, base.get("kv_cache_memory_bytes"))
+        if kept != kv:
+            out.append(
+                Reduction(
+                    "kv_cache_memory_bytes",
+                    kv,
+                    kept,
+                    f"{preset.workload.agents} agents x {preset.workload.shape.max_context_tokens}"
+                    f" context tokens x {per_token} bytes/token (model config) = "
+                    f"{need / 1e6:.0f} MB holds every agent's whole context; kept the smallest "
+                    "choice that holds it and the baseline's",
+                )
+            )
+            updates["kv_cache_memory_bytes"] = kept
+    if not updates:
+        return preset, out
+    return preset.model_copy(update={"space": space.model_copy(update=updates)}), out

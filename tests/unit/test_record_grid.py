@@ -1,0 +1,101 @@
+"""The grid recorder's plans: the large grid is big enough to tell a search from a coin.
+
+Recording runs real vLLM for hours (benchmarks/record_grid.py); these tests check the plan it
+would run and its dry run, which starts no server and writes nothing.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import optuna
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+sys.path.insert(0, str(BENCH))
+
+import record_grid  # noqa: E402
+
+from tuner.study.sampling import enumerate_space  # noqa: E402
+
+
+def test_the_large_grid_has_48_configs_and_4_noise_configs_run_3_times() -> None:
+    grid_plan = record_grid.PLANS["large"]
+    preset = grid_plan.preset()
+    configs = {record_grid.config_key(p) for p in record_grid.grid(preset)}
+    space = enumerate_space(preset)
+    assert space is not None
+    # The sampler draws from exactly the recorded configs, so a replay never misses one.
+    assert configs == {record_grid.config_key(p) for p in space}
+    assert len(configs) >= 48
+    runs = Counter(key for key, _ in record_grid.plan(preset, grid_plan.noise))
+    assert set(runs) == configs
+    noisy = [k for k, n in runs.items() if n >= 3]
+    assert len(noisy) >= 4
+    assert {record_grid.config_key(p) for p in grid_plan.noise} <= set(noisy)
+    assert set(runs.values()) == {1, 3}
+    # The baseline is among the noise configs (the replay's noise model pairs with it).
+    assert record_grid.config_key(preset.baseline_params()) in noisy
+
+
+def test_the_large_grid_has_its_own_file_and_keeps_the_old_one() -> None:
+    large, trimmed = record_grid.PLANS["large"], record_grid.PLANS["trimmed"]
+    assert large.data != trimmed.data
+    assert large.data.name == "grid-smollm2-135m-cpu-large.json"
+    assert "--space large" in large.command
+    assert len(list(record_grid.grid(trimmed.preset()))) == 10
+
+
+def test_a_dry_run_lists_the_plan_and_its_time_and_writes_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "grid.json"
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / "record_grid.py"), "--space", "large", "--dry-run",
+         "--out", str(out)],
+        capture_output=True, text=True, check=False, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert "52 configs" in lines[0] and "60 runs, 0 recorded, 60 to go" in lines[0]
+    assert sum(1 for line in lines if " rep " in line) == 60
+    estimate = next(line for line in lines if line.startswith("estimate:"))
+    # Hours from the recorded seconds of the existing grid: 60 runs at 147-268 s each.
+    hours = float(estimate.split(" = ")[1].split(" h")[0])
+    assert 60 * 147 / 3600 <= hours <= 60 * 268 / 3600
+    assert not out.exists()
+
+
+def test_the_replay_reads_a_large_grid_file_and_its_finished_half_alone() -> None:
+    # Mechanics only (no large recording exists yet): each config borrows a recorded run of
+    # the 10-config grid, as the file will hold once `--space large` has run.
+    import copy
+    import json
+    import random
+
+    from _replay import GridTable
+    from _replay_backend import ReplayBackend
+
+    from tuner.study.driver import request_factory
+    from tuner.study.loop import LoopSettings, StudyLoop
+
+    grid_plan = record_grid.PLANS["large"]
+    preset = grid_plan.preset()
+    old = json.loads(record_grid.DATA.read_text())
+    data = record_grid._new_data(preset, grid_plan)
+    runs = [r for r in old["runs"] if r.get("tasks")]
+    for i, (key, rep) in enumerate(record_grid.plan(preset, grid_plan.noise)):
+        run = copy.deepcopy(runs[i % len(runs)])
+        run.update(params=json.loads(key), rep=rep)
+        data["runs"].append(run)
+    table = GridTable(copy.deepcopy(data))
+    assert not table.partial and len(table.configs) == 52 and not table.missing()
+    backend = ReplayBackend(table, 1, random.Random(1))
+    study = optuna.create_study(direction="maximize")
+    make = request_factory(table.preset, model_path="recorded", cache_dir=Path("."))
+    StudyLoop(study, table.preset, backend, make, LoopSettings(n_trials=8, seed=1)).run()
+    assert len(backend.spans) == 8
+    # While the recording runs, the baseline's KV size (recorded first) is replayed alone.
+    half = [r for r in data["runs"] if r["params"]["kv_cache_memory_bytes"] == 2_000_000_000]
+    partial = GridTable({**data, "runs": half})
+    assert partial.partial and len(partial.configs) == 26
