@@ -8,21 +8,27 @@ from pathlib import Path
 import typer
 
 from tuner.cli._app import StorageOption, app, console, console_err
-from tuner.results import FORMATS, choose_export, load_results, render_export, write_report
-from tuner.results.report import summary_lines, terminal_tables, to_rich
-from tuner.settings import get_settings
+from tuner.cli._checks import storage_url as checked_storage
+from tuner.cli._checks import writable_dir
 from tuner.storage import masked
 
 __all__ = ["dashboard_cmd", "export_cmd", "report_cmd"]
 
 _STUDY_HELP = "Study name (default: the only study in the storage)."
 
+# tuner.results.export's FORMATS, written out: importing tuner.results (Optuna, NumPy) at start-up
+# cost every command half a second before it could check its input (tests/unit/
+# test_cli_preflight.py checks the two lists agree).
+FORMATS = ("shell", "json", "yaml", "systemd", "compose")
+
 # Typer shows an Enum's values as the allowed choices and rejects others in one line.
 ExportFormat = Enum("ExportFormat", {name: name for name in FORMATS}, type=str)  # type: ignore[misc]
 
 
 def _url(storage: str | None) -> str:
-    return storage or get_settings().storage_url()
+    # Checked before anything is opened: these commands only read, so a missing SQLite file
+    # is an error (reading must not create an empty database).
+    return checked_storage(storage, must_exist=True)
 
 
 @app.command("export")
@@ -40,7 +46,10 @@ def export_cmd(
 
     A speculative config is exported only when it beats no speculation beyond both intervals.
     """
-    choice = choose_export(load_results(_url(storage), study))
+    url = _url(storage)
+    from tuner.results import choose_export, load_results, render_export
+
+    choice = choose_export(load_results(url, study))
     typer.echo(render_export(choice, fmt.value), nl=False)
 
 
@@ -53,7 +62,12 @@ def report_cmd(
     storage: StorageOption = None,
 ) -> None:
     """Print the study's tables and write them with plots as Markdown, PNG and HTML."""
-    results = load_results(_url(storage), study)
+    writable_dir(out, "report directory", "--out")  # before the tables are printed
+    url = _url(storage)
+    from tuner.results import load_results, write_report
+    from tuner.results.report import summary_lines, terminal_tables, to_rich
+
+    results = load_results(url, study)
     for line in summary_lines(results):
         console.print(line, markup=False, highlight=False, soft_wrap=True)
     for table in terminal_tables(results):
