@@ -19,7 +19,6 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.faults.tally import tally
 from tuner.errors import ConfigError
 from tuner.study.space import load_preset, preset_dir
 
@@ -132,7 +131,6 @@ def test_bad_preset_field_is_one_line_naming_file_line_and_field(
     with pytest.raises(ConfigError) as err:
         load_preset(space=path)
     line = str(err.value)
-    tally("bad_input", "\n" not in line and words in line)
     assert "\n" not in line
     assert f": {where}: " in line, line
     assert words in line, line
@@ -162,7 +160,6 @@ def test_yaml_syntax_error_is_one_line_with_file_line_col(
     with pytest.raises(ConfigError) as err:
         load_preset(space=path)
     message = str(err.value)
-    tally("bad_input", "\n" not in message and message.startswith(f"{path}:{line}:{col}: "))
     assert "\n" not in message
     assert message.startswith(f"{path}:{line}:{col}: not valid YAML: "), message
     assert words in message, message
@@ -174,7 +171,6 @@ def test_not_a_mapping_and_missing_file(tmp_path: Path) -> None:
         load_preset(space=path)
     with pytest.raises(ConfigError, match="does not exist"):
         load_preset(space=tmp_path / "nope.yaml")
-    tally("bad_input", True, 2)
 
 
 def _tuner(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -191,13 +187,6 @@ def _tuner(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 def _one_line(proc: subprocess.CompletedProcess[str]) -> str:
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    clean = (
-        proc.returncode == 2
-        and len(lines) == 1
-        and lines[0].startswith("error: ")
-        and "Traceback" not in proc.stderr + proc.stdout
-    )
-    tally("bad_input", clean)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout
     assert len(lines) == 1, proc.stderr
