@@ -8,6 +8,7 @@ a one-trial study through Optuna, Ray and the store, then reads the trial's stor
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,10 +31,17 @@ def fake_ray() -> Iterator[None]:
         yield
 
 
-def _one_trial(tmp_path: Path, *, deadline_s: float = 30.0, **env: str) -> FrozenTrial:
+def _one_trial(
+    tmp_path: Path,
+    *,
+    deadline_s: float = 30.0,
+    tasks: int = 6,
+    guard: dict[str, Any] | None = None,
+    **env: str,
+) -> FrozenTrial:
     data: dict[str, Any] = fake_preset(
         {"FAKE_VLLM_STARTUP_S": "0.3", **env},
-        tasks=6,
+        tasks=tasks,
         tool_latency_s=0.02,
         throughput_streams=[1],
         throughput_requests=2,
@@ -41,6 +49,8 @@ def _one_trial(tmp_path: Path, *, deadline_s: float = 30.0, **env: str) -> Froze
         gpu={"name": "fake1", "memory_gib": 24, "count": 1},
     )
     data["workload"]["task_deadline_s"] = deadline_s
+    if guard is not None:
+        data["workload"]["acceptance_guard"] = guard
     options = fake_options(tmp_path, 1)
     optimize(Preset.model_validate(data), options)
     (trial,) = optuna.load_study(study_name="fake", storage=options.storage_url).trials
@@ -103,3 +113,46 @@ def test_exit_0_after_a_cuda_error_is_a_crash_with_that_cause(
         "AcceleratorError: CUDA error: an illegal memory access was encountered"
     ), reason
     assert _scored_runs(tmp_path, trial.number) == 0
+
+
+# Scrapes every 0.2 s; windows of 64 drafted tokens (the fake drafts one token per word).
+_GUARD = {"interval_s": 0.2, "window_tokens": 64, "min_scrapes": 3}
+
+
+def test_acceptance_collapsing_mid_run_stops_the_trial_as_infeasible_with_the_numbers(
+    fake_ray: None, tmp_path: Path
+) -> None:
+    # The fake drafts for every answer and accepts half, until request 30: then none (vLLM
+    # #52873). Before the guard this trial was scored, as a slow config.
+    trial = _one_trial(
+        tmp_path,
+        tasks=24,
+        guard=_GUARD,
+        FAKE_VLLM_SPEC="1",
+        FAKE_VLLM_ACCEPT_COLLAPSE_AFTER="30",
+        FAKE_VLLM_TOKEN_DELAY_S="0.002",
+    )
+    reason = trial.user_attrs.get(TrialAttr.FAILURE_REASON, "")
+    assert trial.user_attrs.get(TrialAttr.FAILURE_KIND) == "acceptance_collapsed", trial.user_attrs
+    assert trial.user_attrs[TrialAttr.INFEASIBLE] is True
+    assert trial.state == TrialState.COMPLETE and trial.value == 0.0
+    found = re.search(
+        r"acceptance collapsed: 0 of ([\d,]+) drafted tokens accepted \(0\.0%\) over the last "
+        r"[\d.]+ s \((\d+) /metrics scrapes\), after ([\d,]+) of ([\d,]+) \((4\d|50)\.\d%\) "
+        r"at first",
+        reason,
+    )
+    assert found is not None, reason
+    assert int(found[1].replace(",", "")) >= 64 and int(found[2]) >= 3
+    assert _scored_runs(tmp_path, trial.number) == 0
+
+
+def test_a_healthy_speculative_server_is_scored_with_the_guard_on(
+    fake_ray: None, tmp_path: Path
+) -> None:
+    trial = _one_trial(
+        tmp_path, tasks=16, guard=_GUARD, FAKE_VLLM_SPEC="1", FAKE_VLLM_TOKEN_DELAY_S="0.002"
+    )
+    assert TrialAttr.FAILURE_KIND not in trial.user_attrs, trial.user_attrs
+    assert trial.state == TrialState.COMPLETE and (trial.value or 0) > 0
+    assert _scored_runs(tmp_path, trial.number) == 1

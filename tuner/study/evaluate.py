@@ -30,6 +30,7 @@ import httpx
 
 from tuner.errors import StartupFailed, TunerError, WorkloadStalled
 from tuner.metrics import energy_meter_for
+from tuner.metrics.guards import AcceptanceCollapsed
 from tuner.records import ServerStartRecord, ThroughputRecord, WorkloadRecord
 from tuner.server import FailureKind, Launcher, ServerSpec
 from tuner.workload import (
@@ -200,6 +201,12 @@ def _measure(
                     should_stop=stop,
                     energy=energy_meter_for(request.gpu_ids),
                 )
+            except AcceptanceCollapsed as exc:
+                # Drafting on, accepting nothing: a broken config here, never a slow one.
+                failure_kind, failure_reason, infeasible = _unless_died(
+                    handle, exc.answered_requests, "acceptance_collapsed", str(exc), True,
+                    wait_s=0.5,
+                )  # fmt: skip
             except WorkloadStalled as exc:
                 # Alive but not finishing tasks: this config cannot serve the workload here,
                 # so it is infeasible (the sampler steers away) unless the server in fact died.
