@@ -47,7 +47,7 @@ def _file(nodeid: str) -> str:
     return Path(nodeid.split("::", 1)[0]).name
 
 
-@dataclass
+@dataclass(eq=False)  # hashable: pluggy keeps registered plugins in sets
 class Recorder:
     """Collects each test's outcome from pytest's reports and appends them at the end."""
 

@@ -68,13 +68,19 @@ def test_bad(n):
 
 
 def test_counts_come_from_pytests_reports(tmp_path: Path) -> None:
-    (tmp_path / "test_server_faults.py").write_text(FAULTS)
-    (tmp_path / "test_root_cause.py").write_text(ROOT_CAUSE)
-    (tmp_path / "test_bad_input.py").write_text(BAD_INPUT)
-    (tmp_path / "test_does_not_import.py").write_text("import no_such_module_here\n")
+    # Laid out as tests/faults is: a directory with a conftest of its own under the rootdir
+    # (pytest then builds a hook subset without that conftest for the rootdir's nodes, which
+    # needs every registered plugin hashable).
+    suite = tmp_path / "faults"
+    suite.mkdir()
+    (suite / "conftest.py").write_text("def pytest_collection_modifyitems(items):\n    pass\n")
+    (suite / "test_server_faults.py").write_text(FAULTS)
+    (suite / "test_root_cause.py").write_text(ROOT_CAUSE)
+    (suite / "test_bad_input.py").write_text(BAD_INPUT)
+    (suite / "test_does_not_import.py").write_text("import no_such_module_here\n")
     outcomes = tmp_path / "outcomes.jsonl"
     names = ("test_server_faults.py", "test_root_cause.py", "test_bad_input.py")
-    paths = [tmp_path / name for name in (*names, "test_does_not_import.py")]
+    paths = [suite / name for name in (*names, "test_does_not_import.py")]
     files = faults.run_files(paths, outcomes, cwd=tmp_path)
     rows = read(outcomes)
     by_name = {r["nodeid"].rsplit("::", 1)[-1]: r["outcome"] for r in rows}
