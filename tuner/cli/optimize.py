@@ -22,7 +22,6 @@ from rich.table import Table
 from tuner.cli._app import StorageOption, app, console
 from tuner.cli._checks import cache_dir as checked_cache
 from tuner.cli._checks import storage_url as checked_storage
-from tuner.storage import masked
 
 _CONFIRM_HELP = (
     "K,R: after the search, re-run the top K candidates and the baseline R more times each, "
@@ -100,6 +99,8 @@ def optimize_cmd(
         from tuner.study.driver import _check_ray_address
 
         _check_ray_address(ray_address)
+    from tuner.storage import masked
+
     console.print(f"study {options.study_name or preset.study_name} on {masked(url)}")
     # One local Ray for the search and the confirmation stage: each would otherwise start and
     # stop its own in this process. In one CPU run, the confirmation's first run was
@@ -202,6 +203,7 @@ def _stored_preset(url: str, study: str) -> Any:
     from tuner.attrs import StudyAttr
     from tuner.errors import StudyError
     from tuner.results.loading import open_optuna_storage
+    from tuner.storage import masked
     from tuner.study.space import Preset
 
     try:

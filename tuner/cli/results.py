@@ -10,7 +10,6 @@ import typer
 from tuner.cli._app import StorageOption, app, console, console_err
 from tuner.cli._checks import storage_url as checked_storage
 from tuner.cli._checks import writable_dir
-from tuner.storage import masked
 
 __all__ = ["dashboard_cmd", "export_cmd", "report_cmd"]
 
@@ -92,6 +91,7 @@ def dashboard_cmd(
     """Serve optuna-dashboard on the study storage (Ctrl-C stops it)."""
     # optuna-dashboard is needed by this command alone; others run where it is missing.
     from tuner.results.dashboard import serve_dashboard
+    from tuner.storage import masked
 
     url = _url(storage)
     console_err.print(
