@@ -89,11 +89,11 @@ def dashboard_cmd(
     port: int = typer.Option(8080, "--port", min=1, max=65535, help="Port to listen on."),
 ) -> None:
     """Serve optuna-dashboard on the study storage (Ctrl-C stops it)."""
+    url = _url(storage)  # checked before optuna-dashboard's import (a second)
     # optuna-dashboard is needed by this command alone; others run where it is missing.
     from tuner.results.dashboard import serve_dashboard
     from tuner.storage import masked
 
-    url = _url(storage)
     console_err.print(
         f"optuna-dashboard for {masked(url)} on http://{host}:{port}/",
         markup=False,
