@@ -26,9 +26,9 @@ POSTGRES_ADMIN_URL = os.environ.get(
 
 # Suites too slow for every CI run: each is left out of a plain `pytest` unless asked for by
 # `-m` (any expression naming the marker), by its environment variable, or by
-# benchmarks/faults.py (TUNER_FAULTS_TALLY). `kill` costs about 13 min of real servers here,
+# benchmarks/faults.py (TUNER_FAULTS_OUTCOMES). `kill` costs about 13 min of real servers here,
 # `faults` about 23 min; CI stays under its time budget without them.
-SLOW_SUITES = {"faults": ("TUNER_FAULTS", "TUNER_FAULTS_TALLY"), "kill": ("TUNER_KILL",)}
+SLOW_SUITES = {"faults": ("TUNER_FAULTS", "TUNER_FAULTS_OUTCOMES"), "kill": ("TUNER_KILL",)}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

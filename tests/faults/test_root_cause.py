@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.tally import tally
 from tuner.server import FailureKind, classify
 from tuner.server.crashes import root_cause, server_death
 
@@ -44,7 +43,6 @@ def test_summary_names_the_root_cause_not_the_last_line(
     last = text.strip().splitlines()[-1].strip()
     failure = classify(text, 1, False, log_path=str(LOGS / asset))
     summary = failure.summary()
-    tally("fault", failure.kind is kind and cause in summary)
     assert failure.kind is kind
     assert cause in summary, summary
     assert "\n" not in summary
@@ -75,7 +73,6 @@ def test_a_real_gpu_engine_death_names_the_cuda_error_not_the_wrapper() -> None:
     text = (LOGS / "gpu-mtp-illegal-memory-access.log").read_text()
     death = server_death(text, 0, 0)
     cause = "AcceleratorError: CUDA error: an illegal memory access was encountered"
-    tally("fault", death.infeasible and cause in death.reason)
     assert (death.kind, death.infeasible) == ("server_died", True)
     assert death.reason.endswith(cause), death.reason
     assert "EngineDeadError" not in death.reason

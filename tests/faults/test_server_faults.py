@@ -25,7 +25,6 @@ import pytest
 from optuna.trial import TrialState
 
 from tests.faults.conftest import Box, optimize_argv, phase_of, short_space, wait_gone
-from tests.faults.tally import tally
 from tuner.attrs import TrialAttr
 from tuner.server import Launcher, ServerSpec
 from tuner.server.reaper import group_members
@@ -85,13 +84,6 @@ def test_server_killed_mid_workload_fails_its_trial_and_the_study_goes_on(
     trials = _trials(url, "serverkill")
     first = trials[0]
     reason = str(first.user_attrs.get(TrialAttr.FAILURE_REASON))
-    ok = (
-        first.state == TrialState.FAIL
-        and first.user_attrs.get(TrialAttr.FAILURE_KIND) == "server_crashed"
-        and "killed by SIGKILL" in reason
-        and any(t.state == TrialState.COMPLETE for t in trials[1:])
-    )
-    tally("fault", ok)
     assert first.state == TrialState.FAIL, (first.state, first.user_attrs)
     assert first.user_attrs[TrialAttr.FAILURE_KIND] == "server_crashed"
     assert "the vLLM server died during the workload after" in reason, reason
@@ -155,12 +147,6 @@ def test_server_dying_at_its_first_request_is_infeasible_with_vllms_line(
             "the fault did not occur: the tiny hybrid with MTP and prefix caching served its "
             f"workload on this vLLM ({trial.value:.0f} tasks/h)"
         )
-    ok = (
-        trial.state == TrialState.COMPLETE
-        and trial.user_attrs.get(TrialAttr.INFEASIBLE) is True
-        and "'function' object is not subscriptable" in reason
-    )
-    tally("fault", ok)
     assert trial.user_attrs[TrialAttr.INFEASIBLE] is True, trial.user_attrs
     assert trial.state == TrialState.COMPLETE and trial.value == 0.0
     assert "the vLLM server died at its first request" in reason, reason
@@ -205,8 +191,6 @@ def test_context_too_long_says_why_per_task_in_the_cli_and_the_records(
             or re.search(r"had \d+ tokens left for a turn of \d+", reason) is not None
         )
 
-    ok = bool(refused) and all(says_why(t.failure_reason or "") for t in refused)
-    tally("fault", ok and "context_overflow" in proc.stdout)
     assert refused, "no task outgrew the 1536-token context"
     for task in refused:
         assert says_why(task.failure_reason or ""), task.failure_reason

@@ -35,7 +35,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
 from tests.faults.conftest import Box, optimize_argv, phase_of, short_space, wait_gone
-from tests.faults.tally import measure, tally
+from tests.faults.tally import measure
 from tuner.attrs import TrialAttr
 from tuner.storage import Store
 
@@ -92,8 +92,6 @@ def test_ray_worker_killed_mid_trial_is_requeued_once(tmp_path: Path, fake_box: 
     trials = optuna.load_study(study_name="workerkill", storage=url).get_trials()
     crashed = [t for t in trials if t.user_attrs.get(TrialAttr.FAILURE_KIND) == "worker_crashed"]
     done = [t for t in trials if t.state == TrialState.COMPLETE]
-    ok = len(crashed) == 1 and len(done) == 1 and done[0].params == crashed[0].params
-    tally("fault", ok and gone_s < 15)
     assert len(crashed) == 1, [(t.number, t.state, t.user_attrs) for t in trials]
     assert len(done) == 1 and done[0].params == crashed[0].params
     assert done[0].user_attrs[TrialAttr.REQUEUED_FROM] == crashed[0].number
@@ -156,7 +154,6 @@ def test_postgres_restarted_mid_study_is_waited_out(
     _wait_phase(box, driver, "scored")
     measure("postgres_restart_s", round(_pg_restart(), 2))
     out, err = driver.communicate(timeout=900)
-    tally("fault", driver.returncode == 0)
     assert driver.returncode == 0, out + err
 
     trials = optuna.load_study(study_name="pgrestart", storage=url).get_trials()
@@ -209,12 +206,6 @@ def test_full_disk_under_sqlite_is_one_clear_error_and_the_database_survives(
     out, err = driver.communicate(timeout=900)
     # Ray and Optuna may print their own warnings on stderr; the error itself is one line.
     lines = [line for line in err.splitlines() if line.startswith("error:")]
-    clean = (
-        driver.returncode == 2
-        and len(lines) == 1
-        and lines[0].startswith("error: the storage failed: ")
-        and "full" in lines[0]
-    )
     assert wait_gone([group], 30) < 30
     assert driver.returncode == 2, out + err
     assert len(lines) == 1 and "Traceback" not in err, err
@@ -229,7 +220,6 @@ def test_full_disk_under_sqlite_is_one_clear_error_and_the_database_survives(
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     trials = optuna.load_study(study_name="diskfull", storage=url).get_trials()
     done = [t for t in trials if t.state == TrialState.COMPLETE]
-    tally("fault", clean and len(done) == 1)
     assert len(done) == 1, [(t.number, t.state, t.user_attrs) for t in trials]
     store = Store(url)
     try:

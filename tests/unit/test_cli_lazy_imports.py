@@ -40,9 +40,11 @@ def _tuner_without(heavy: tuple[str, ...], *args: str) -> subprocess.CompletedPr
     )
 
 
-def test_the_blocker_really_blocks() -> None:
+def test_the_blocker_really_blocks(tmp_path: Path) -> None:
     """The prelude makes `tuner dashboard` fail, so the other tests' passes mean something."""
-    proc = _tuner_without(HEAVY, "dashboard", "--port", "1")
+    url = f"sqlite:///{tmp_path / 'sample.db'}"
+    write_sample_study(url)  # the storage is checked first: it must exist to reach the import
+    proc = _tuner_without(HEAVY, "dashboard", "--port", "1", "--storage", url)
     assert proc.returncode != 0
     assert "optuna_dashboard" in proc.stderr
 

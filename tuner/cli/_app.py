@@ -10,6 +10,7 @@ saved to a file for the report, and exit code 1.
 from __future__ import annotations
 
 import re
+import sys
 import tempfile
 import time
 import traceback
@@ -106,11 +107,9 @@ def _storage_cause(exc: BaseException, db_error: type[BaseException]) -> str | N
 
 def run(root: typer.Typer, argv: list[str] | None = None) -> int:
     """Run the CLI; return the exit code after printing any error as one line."""
-    # Imported here: pydantic and SQLAlchemy are loaded by the commands anyway, and the
-    # error types must not slow `tuner --help`.
-    from pydantic import ValidationError
-    from sqlalchemy.exc import SQLAlchemyError
-
+    # pydantic's and SQLAlchemy's errors are recognised only once a command has imported them:
+    # importing them here cost every command a third of a second before it could check its
+    # input (tuner/cli/_checks.py), and an error of a module never imported cannot occur.
     from tuner.errors import TunerError, first_error
 
     try:
@@ -139,23 +138,27 @@ def run(root: typer.Typer, argv: list[str] | None = None) -> int:
     except TunerError as exc:
         _say(exc.user_line())
         return 2
-    except ValidationError as exc:
-        where, message = first_error(exc)
-        _say(f"invalid {exc.title} setting {where or exc.title}: {message}")
-        return 2
-    except SQLAlchemyError as exc:
-        reason = _first_line(getattr(exc, "orig", None) or exc)
-        _say(
-            f"the storage failed: {reason}; what was stored before is kept, "
-            "fix the cause (disk space, the database server) and run the same command to resume"
-        )
-        return 2
-    except OSError as exc:
-        where = f" ({exc.filename})" if exc.filename else ""
-        _say(f"{exc.strerror or _first_line(exc)}{where}; fix it and run the same command again")
-        return 2
     except Exception as exc:
-        storage = _storage_cause(exc, SQLAlchemyError)
+        validation = _loaded_error("pydantic_core", "ValidationError")
+        storage_error = _loaded_error("sqlalchemy.exc", "SQLAlchemyError")
+        if validation is not None and isinstance(exc, validation):
+            where, message = first_error(exc)  # type: ignore[arg-type]
+            _say(f"invalid {exc.title} setting {where or exc.title}: {message}")  # type: ignore[attr-defined]
+            return 2
+        if storage_error is not None and isinstance(exc, storage_error):
+            reason = _first_line(getattr(exc, "orig", None) or exc)
+            _say(
+                f"the storage failed: {reason}; what was stored before is kept, fix the "
+                "cause (disk space, the database server) and run the same command to resume"
+            )
+            return 2
+        if isinstance(exc, OSError):
+            where = f" ({exc.filename})" if exc.filename else ""
+            _say(
+                f"{exc.strerror or _first_line(exc)}{where}; fix it and run the same command again"
+            )
+            return 2
+        storage = _storage_cause(exc, storage_error) if storage_error is not None else None
         if storage is not None:  # Optuna wraps the database's error in its own
             _say(
                 f"the storage failed: {storage}; what was stored before is kept, fix the "
@@ -167,3 +170,11 @@ def run(root: typer.Typer, argv: list[str] | None = None) -> int:
         _say(f"internal error: {type(exc).__name__}: {_first_line(exc)}{where}; please report it")
         return 1
     return 0
+
+
+def _loaded_error(module: str, name: str) -> type[BaseException] | None:
+    """An exception class of `module` if a command imported it (else none of its errors can
+    have been raised)."""
+    loaded = sys.modules.get(module)
+    error = getattr(loaded, name, None) if loaded is not None else None
+    return error if isinstance(error, type) and issubclass(error, BaseException) else None

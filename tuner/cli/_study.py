@@ -13,8 +13,6 @@ from typing import Annotated
 
 import typer
 
-from tuner.settings import get_settings
-
 __all__ = ["STUDY_HELP", "StudyOption", "pick_study", "storage_url", "study_names"]
 
 STUDY_HELP = "Study name (default: the only study in the storage; several: give one)."
@@ -24,6 +22,8 @@ StudyOption = Annotated[str | None, typer.Option("--study", help=STUDY_HELP)]
 
 def storage_url(storage: str | None) -> str:
     """`--storage`, else TUNER_STORAGE, else the default SQLite file."""
+    from tuner.settings import get_settings  # pydantic-settings: not at the CLI's start-up
+
     return storage or get_settings().storage_url()
 
 

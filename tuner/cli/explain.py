@@ -11,8 +11,9 @@ import typer
 from rich.table import Table
 
 from tuner.cli._app import StorageOption, app, console
+from tuner.cli._checks import cache_dir as checked_cache
+from tuner.cli._checks import storage_url as checked_storage
 from tuner.cli._study import StudyOption, pick_study
-from tuner.settings import get_settings
 
 
 def _pct(value: float | None) -> str:
@@ -34,14 +35,15 @@ def explain_cmd(
     ] = False,
 ) -> None:
     """Why did a speculative config lose? Memory (a KV-cut control) versus cache reuse."""
+    url = checked_storage(storage, must_exist=True)  # before Ray or a server
+    cache = checked_cache(cache_dir)
     from tuner.study import OptimizeOptions
     from tuner.study.explain import explain
 
-    settings = get_settings()
     options = OptimizeOptions(
-        storage_url=storage or settings.storage_url(),
-        cache_dir=cache_dir or settings.cache_path(),
-        study_name=pick_study(storage, study),
+        storage_url=url,
+        cache_dir=cache,
+        study_name=pick_study(url, study),
         show_progress=False,
     )
     result = explain(options, trial)

@@ -8,7 +8,6 @@ import typer
 
 from tuner.cli._app import console
 from tuner.models import MODEL_NAMES, prepare
-from tuner.settings import get_settings
 
 app = typer.Typer(help="Small test models for CPU runs.", no_args_is_help=True)
 
@@ -24,6 +23,8 @@ def prepare_cmd(
     ),
 ) -> None:
     """Build test model NAME into the cache (once) and print its path."""
+    from tuner.settings import get_settings
+
     path = prepare(name, cache_dir or get_settings().cache_path())
     console.print(str(path), soft_wrap=True, highlight=False)
 

@@ -20,9 +20,9 @@ import typer
 from rich.table import Table
 
 from tuner.cli._app import StorageOption, app, console
+from tuner.cli._checks import cache_dir as checked_cache
+from tuner.cli._checks import storage_url as checked_storage
 from tuner.cli._study import StudyOption, pick_study
-from tuner.settings import get_settings
-from tuner.storage import masked
 
 _CONFIRM_HELP = (
     "K,R: after the search, re-run the top K candidates and the baseline R more times each, "
@@ -88,6 +88,9 @@ def optimize_cmd(
     ] = False,
 ) -> None:
     """Search speculative-decoding configs by successful agent tasks per hour (resumable)."""
+    # The cheap checks first: a bad --storage or --cache-dir fails here, before Ray starts.
+    url = checked_storage(storage)
+    cache = checked_cache(cache_dir)
     # Imported here: Ray and vLLM-side modules cost seconds, which other commands need not pay.
     from tuner.results.configs import describe_config_short
     from tuner.results.words import tph_label
@@ -111,11 +114,9 @@ def optimize_cmd(
         preset = preset.model_copy(
             update={"workload": preset.workload.model_copy(update=overrides)}
         )
-    settings = get_settings()
-    url = storage or settings.storage_url()
     options = OptimizeOptions(
         storage_url=url,
-        cache_dir=cache_dir or settings.cache_path(),
+        cache_dir=cache,
         study_name=study,
         n_trials=n_trials,
         timeout_s=timeout,
@@ -126,6 +127,12 @@ def optimize_cmd(
         full_space=full_space,
         **_progress_options(),
     )
+    if ray_address:  # a socket connect: one line within seconds, before anything is printed
+        from tuner.study.driver import _check_ray_address
+
+        _check_ray_address(ray_address)
+    from tuner.storage import masked
+
     console.print(f"study {options.study_name or preset.study_name} on {masked(url)}")
     if options.progress is not None:
         options.progress.say(workload_line(preset))
@@ -250,47 +257,46 @@ def confirm_cmd(
     ] = None,
 ) -> None:
     """Re-run a finished study's top candidates and baseline, interleaved; export decides on it."""
+    url = checked_storage(storage, must_exist=True)
+    cache = checked_cache(cache_dir)
     from tuner.study import OptimizeOptions
     from tuner.study.confirm import DEFAULT_CONFIRM, ConfirmPlan, parse_confirm
     from tuner.study.progress import estimate_line, workload_line
 
-    settings = get_settings()
-    plan = parse_confirm(confirm) if confirm else None  # a bad --confirm fails before the storage
-    study = pick_study(storage, study)
+    plan = parse_confirm(confirm) if confirm else None
+    study = pick_study(url, study)
+    stored = _stored_preset(url, study)  # no such study: one line, before anything is printed
     if plan is None:
-        stored = _stored_preset(storage, study, settings)
         plan = ConfirmPlan.for_preset(stored) if stored is not None else DEFAULT_CONFIRM
     options = OptimizeOptions(
-        storage_url=storage or settings.storage_url(),
-        cache_dir=cache_dir or settings.cache_path(),
+        storage_url=url,
+        cache_dir=cache,
         study_name=study,
         **_progress_options(),
     )
-    if options.progress is not None:
-        stored = _stored_preset(storage, study, settings)
-        if stored is not None and plan.enabled:
-            options.progress.say(workload_line(stored))
-            options.progress.say(estimate_line(stored, 0, _confirm_runs(plan)))
+    if options.progress is not None and stored is not None and plan.enabled:
+        options.progress.say(workload_line(stored))
+        options.progress.say(estimate_line(stored, 0, _confirm_runs(plan)))
     _confirm_and_print(options, plan)
     _publish(options.storage_url, study)
     console.print("next: tuner export (decides on the confirmation rounds), tuner report")
 
 
-def _stored_preset(storage: str | None, study: str, settings: Any) -> Any:
-    """The preset the study was searched with (None: no such study, or none stored)."""
+def _stored_preset(url: str, study: str) -> Any:
+    """The preset the study was searched with (None: none stored); StudyError: no such study."""
     import optuna
     from pydantic import ValidationError
 
     from tuner.attrs import StudyAttr
+    from tuner.errors import StudyError
     from tuner.results.loading import open_optuna_storage
+    from tuner.storage import masked
     from tuner.study.space import Preset
 
     try:
-        loaded = optuna.load_study(
-            study_name=study, storage=open_optuna_storage(storage or settings.storage_url())
-        )
+        loaded = optuna.load_study(study_name=study, storage=open_optuna_storage(url))
     except KeyError:
-        return None  # confirm_study says the study does not exist, in one line
+        raise StudyError(f"no study named {study!r} in {masked(url)}") from None
     try:
         return Preset.model_validate(loaded.user_attrs.get(StudyAttr.PRESET) or {})
     except ValidationError:

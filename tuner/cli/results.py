@@ -9,20 +9,25 @@ from typing import Annotated
 import typer
 
 from tuner.cli._app import StorageOption, app, console, console_err
+from tuner.cli._checks import storage_url as checked_storage
+from tuner.cli._checks import writable_dir
 from tuner.cli._study import StudyOption, pick_study, study_names
-from tuner.results import FORMATS, choose_export, load_results, render_export, write_report
-from tuner.results.report import summary_lines, terminal_tables, to_rich
-from tuner.settings import get_settings
-from tuner.storage import masked
 
 __all__ = ["dashboard_cmd", "export_cmd", "report_cmd"]
+
+# tuner.results.export's FORMATS, written out: importing tuner.results (Optuna, NumPy) at start-up
+# cost every command half a second before it could check its input (tests/unit/
+# test_cli_preflight.py checks the two lists agree).
+FORMATS = ("shell", "json", "yaml", "systemd", "compose")
 
 # Typer shows an Enum's values as the allowed choices and rejects others in one line.
 ExportFormat = Enum("ExportFormat", {name: name for name in FORMATS}, type=str)  # type: ignore[misc]
 
 
 def _url(storage: str | None) -> str:
-    return storage or get_settings().storage_url()
+    # Checked before anything is opened: these commands only read, so a missing SQLite file
+    # is an error (reading must not create an empty database).
+    return checked_storage(storage, must_exist=True)
 
 
 @app.command("export")
@@ -41,7 +46,10 @@ def export_cmd(
     A config is exported only when it beats no speculation on its paired rounds, Holm-corrected
     over the configs judged; without confirmation rounds the export says "unconfirmed".
     """
-    choice = choose_export(load_results(_url(storage), pick_study(storage, study)))
+    url = _url(storage)
+    from tuner.results import choose_export, load_results, render_export
+
+    choice = choose_export(load_results(url, pick_study(url, study)))
     typer.echo(render_export(choice, fmt.value), nl=False)
 
 
@@ -54,7 +62,12 @@ def report_cmd(
     storage: StorageOption = None,
 ) -> None:
     """Print the study's tables and write them with plots as Markdown, PNG and HTML."""
-    results = load_results(_url(storage), pick_study(storage, study))
+    writable_dir(out, "report directory", "--out")  # before the tables are printed
+    url = _url(storage)
+    from tuner.results import load_results, write_report
+    from tuner.results.report import summary_lines, terminal_tables, to_rich
+
+    results = load_results(url, pick_study(url, study))
     for line in summary_lines(results):
         console.print(line, markup=False, highlight=False, soft_wrap=True)
     for table in terminal_tables(results):
@@ -89,16 +102,17 @@ def dashboard_cmd(
     one. The dashboard is where several studies are browsed, so a storage of several is served
     whole when none is named, and its studies are listed.
     """
+    url = _url(storage)  # checked before optuna-dashboard's import (a second)
     # optuna-dashboard is needed by this command alone; others run where it is missing.
     from tuner.results.dashboard import serve_dashboard, study_page
+    from tuner.storage import masked
 
-    url = _url(storage)
     where = f"http://{host}:{port}"
-    names = study_names(storage)
+    names = study_names(url)
     if study is None and len(names) > 1:
         line = f"optuna-dashboard for {masked(url)} on {where}/: studies {', '.join(names)}"
     else:
-        name = pick_study(storage, study)
+        name = pick_study(url, study)
         line = f"optuna-dashboard for {masked(url)}: study {name!r} at {where}"
         page = study_page(url, name)
         line += f"{page} (what to deploy and why: {where}{page}/note)"

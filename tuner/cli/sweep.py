@@ -11,9 +11,11 @@ from rich.table import Table
 from rich.text import Text
 
 from tuner.cli._app import StorageOption, app, console, console_err
+from tuner.cli._checks import cache_dir as checked_cache
+from tuner.cli._checks import storage_url as checked_storage
+from tuner.cli._checks import writable_dir
 from tuner.cli._study import StudyOption, pick_study
 from tuner.errors import ConfigError
-from tuner.settings import get_settings
 
 
 def parse_agents(text: str | None) -> tuple[int, ...] | None:
@@ -94,13 +96,16 @@ def sweep_cmd(
     ] = None,
 ) -> None:
     """Tasks/h and per-task latency of the finalists against the number of agents."""
+    url = checked_storage(storage, must_exist=True)  # before Ray or a server
+    cache = checked_cache(cache_dir)
+    if out is not None:
+        writable_dir(out, "output directory", "--out")
     from tuner.study.sweep import SweepOptions, run_sweep
 
-    settings = get_settings()
     options = SweepOptions(
-        storage_url=storage or settings.storage_url(),
-        cache_dir=cache_dir or settings.cache_path(),
-        study_name=pick_study(storage, study),
+        storage_url=url,
+        cache_dir=cache,
+        study_name=pick_study(url, study),
         agents=parse_agents(agents),
         top=top,
         tasks=tasks,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -17,18 +17,13 @@ from rich.table import Table
 
 from tuner.cli._app import console
 from tuner.errors import ConfigError
-from tuner.records import WorkloadRecord
-from tuner.workload import (
-    REUSE_CLASSES,
-    RunProgress,
-    SuiteShape,
-    SuiteStats,
-    TokenCounter,
-    WorkloadSettings,
-    describe_suite,
-    run_throughput_sync,
-    run_workload_sync,
-)
+
+if TYPE_CHECKING:
+    from tuner.records import WorkloadRecord
+    from tuner.workload import RunProgress, SuiteShape, SuiteStats
+
+# tuner.workload (HTTP client, tokenizers, NumPy) is imported by these commands when they run:
+# at start-up it cost every other command's input check half a second.
 
 __all__ = ["app", "bench_app"]
 
@@ -39,6 +34,8 @@ _SHAPE_HELP = "Suite shape: 'default' (realistic, 16k window) or 'cpu' (SmolLM2 
 
 
 def _shape(name: str) -> SuiteShape:
+    from tuner.workload import SuiteShape
+
     try:
         return SuiteShape.named(name)
     except ValueError as exc:
@@ -88,6 +85,8 @@ def result_table(record: WorkloadRecord) -> Table:
     table.add_row("ITL p50 / p90", f"{_ms(record.itl_p50)} / {_ms(record.itl_p90)}")
     if record.output_tokens_per_s is not None:
         table.add_row("output tokens/s", f"{record.output_tokens_per_s:.1f}")
+    from tuner.workload import REUSE_CLASSES
+
     classes = Counter(s.reuse_class for t in record.task_records if not t.warmup for s in t.steps)
     table.add_row(
         "prefix reuse (steps)",
@@ -127,6 +126,8 @@ def run_cmd(
     ),
 ) -> None:
     """Run the agent workload against a running server and print the score."""
+    from tuner.workload import WorkloadSettings, run_workload_sync
+
     options: dict[str, Any] = {}
     if request_options:
         try:
@@ -204,6 +205,8 @@ def describe_cmd(
     block_size: int = typer.Option(16, "--block-size", help="KV block size (CPU build: 128)."),
 ) -> None:
     """Print the suite's shape statistics in tokens."""
+    from tuner.workload import TokenCounter, WorkloadSettings, describe_suite
+
     settings = WorkloadSettings.model_validate(
         {"tasks": tasks, "seed": seed, "shape": _shape(shape), "tool_protocol": protocol}
     )
@@ -221,6 +224,8 @@ def throughput_cmd(
     prompt_tokens: int = typer.Option(256, "--prompt-tokens", help="Prompt length, about."),
 ) -> None:
     """Output tokens/s at each number of concurrent streams (no prefix-cache help)."""
+    from tuner.workload import run_throughput_sync
+
     table = Table(title="plain throughput (fixed output length, random prompt nonce)")
     for column in ("streams", "requests", "output tokens", "wall", "output tokens/s"):
         table.add_column(column, justify="right")

@@ -18,6 +18,7 @@ the trial keeps its score and its rows.
 from __future__ import annotations
 
 import contextlib
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -29,6 +30,7 @@ import httpx
 
 from tuner.errors import StartupFailed, TunerError, WorkloadStalled
 from tuner.metrics import energy_meter_for
+from tuner.metrics.guards import AcceptanceCollapsed
 from tuner.records import ServerStartRecord, ThroughputRecord, WorkloadRecord
 from tuner.server import FailureKind, Launcher, ServerSpec
 from tuner.workload import (
@@ -206,6 +208,12 @@ def _measure(
                     should_stop=stop,
                     energy=energy_meter_for(request.gpu_ids),
                 )
+            except AcceptanceCollapsed as exc:
+                # Drafting on, accepting nothing: a broken config here, never a slow one.
+                failure_kind, failure_reason, infeasible = _unless_died(
+                    handle, exc.answered_requests, "acceptance_collapsed", str(exc), True,
+                    wait_s=0.5,
+                )  # fmt: skip
             except WorkloadStalled as exc:
                 # Alive but not finishing tasks: this config cannot serve the workload here,
                 # so it is infeasible (the sampler steers away) unless the server in fact died.
@@ -238,6 +246,16 @@ def _measure(
                     wait_s=_DEATH_WAIT_S,
                 )
                 workload = None
+            if workload is not None and not stopped_early and _server_errors(workload):
+                # HTTP 5xx answers, then the server exits: vLLM's API server answers 500 for a
+                # moment after its engine core died. A crash, in its own words, not a config
+                # that fails some tasks; a server that lives on keeps its score.
+                death = handle.death(_answered(workload), wait_s=_DEATH_WAIT_S)
+                if death is not None:
+                    failure_kind, failure_reason, infeasible = (
+                        death.kind, death.reason, death.infeasible,
+                    )  # fmt: skip
+                    workload = None
             if workload is not None and not stopped_early:
                 probe = try_probe(
                     handle.base_url, spec.served_model_name or spec.model, request.workload
@@ -298,6 +316,14 @@ def _unless_died(
     if death is None:
         return kind, reason, infeasible
     return death.kind, death.reason, death.infeasible
+
+
+_SERVER_ERROR = re.compile(r"\bHTTP 5\d\d\b")
+
+
+def _server_errors(workload: WorkloadRecord) -> bool:
+    """Whether a task failed on an HTTP 5xx answer (warm-up included)."""
+    return any(_SERVER_ERROR.search(t.failure_reason or "") for t in workload.task_records)
 
 
 def _answered(workload: WorkloadRecord) -> int:

@@ -286,8 +286,14 @@ def explain(options: Any, trial_number: int | None = None) -> Explanation:
             )
         except KeyError:
             raise StudyError(f"no study named {options.study_name!r} in this storage") from None
-        preset = Preset.model_validate(study.user_attrs["preset"])
-        candidate = choose_candidate(study, trial_number)
+        candidate = choose_candidate(study, trial_number)  # a bad --trial fails first
+        stored = study.user_attrs.get(StudyAttr.PRESET)
+        if stored is None:
+            raise StudyError(
+                f"study {options.study_name!r} has no stored preset (it was not written by "
+                "`tuner optimize`), so its servers cannot be started again to explain it"
+            )
+        preset = Preset.model_validate(stored)
         knob = (
             "kv_cache_memory_bytes"
             if preset.space.kv_cache_memory_bytes is not None

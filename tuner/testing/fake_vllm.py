@@ -35,6 +35,21 @@ prompt: the reply's own word first, then a runner-up `CLEAR_MARGIN` nats behind
 (`NEAR_TIE_MARGIN` at `NEAR_TIE_POSITION`); tokens are named "token_id:N" under
 `return_tokens_as_token_ids`.
 
+Failures vLLM showed under load (issue 24), each after `N` chat requests answered normally:
+
+- `FAKE_VLLM_500_AFTER=N`: the engine core "dies": its traceback goes to the log
+  (`FAKE_VLLM_ENGINE_ERROR`, default a RuntimeError), every later chat request answers HTTP 500
+  ("EngineCore encountered an issue"), and the server exits 1 a second later
+  (`FAKE_VLLM_EXIT_DELAY_S`), as vLLM's API server does after its engine died.
+- `FAKE_VLLM_HANG_AFTER=N`: stays healthy (/health, /metrics answer) but later chat requests
+  never answer: generation stopped.
+- `FAKE_VLLM_CUDA_EXIT0_AFTER=N`: the next chat request gets no answer; the log gets vLLM's
+  "torch.AcceleratorError: CUDA error: an illegal memory access was encountered" traceback and
+  the process exits with status 0 (vLLM #53726).
+- `FAKE_VLLM_ACCEPT_COLLAPSE_AFTER=N` (with a speculative config): drafts keep being counted but
+  no draft token is accepted any more (acceptance falls to 0% and stays there, as in vLLM
+  #52873 and #52756).
+
 Non-streaming answers carry `token_ids` when the request sets `return_token_ids` (vLLM's
 field): one stable id per word.
 
@@ -60,6 +75,7 @@ from typing import Any
 __all__ = [
     "CLEAR_MARGIN",
     "CLEAR_POSITION",
+    "CUDA_ERROR",
     "MAMBA_MESSAGE",
     "NEAR_TIE_MARGIN",
     "NEAR_TIE_POSITION",
@@ -133,6 +149,14 @@ class _State:
         self.counters = _Counters()
         self.seen_prompts: list[str] = []
         self.seen_lock = threading.Lock()
+        self.chats = 0  # chat requests received (the failure modes count them)
+        self.chats_lock = threading.Lock()
+
+    def next_chat(self) -> int:
+        """The 1-based number of this chat request."""
+        with self.chats_lock:
+            self.chats += 1
+            return self.chats
 
     def cached_tokens(self, prompt: str) -> int:
         """Tokens of `prompt` shared with an earlier prompt, in whole blocks (like a cache)."""
@@ -194,6 +218,47 @@ def _prompt_text(body: dict[str, Any]) -> str:
         if message.get("tool_calls"):
             parts.append(json.dumps(message["tool_calls"]))
     return "\n".join(parts)
+
+
+def _after(name: str) -> int | None:
+    value = os.environ.get(name)
+    return int(value) if value else None
+
+
+# vLLM's own line prefixes (process, level, date, logger), which tuner.server.crashes strips.
+_CORE = "(EngineCore_DP0 pid=1) ERROR 12-01 00:00:00 [core.py:1332] "
+_API = "(APIServer pid=1) ERROR 12-01 00:00:00 [async_llm.py:704] "
+_ENGINE_TRACEBACK = (
+    f"{_CORE}EngineCore encountered a fatal error.\n"
+    f"{_CORE}Traceback (most recent call last):\n"
+    f'{_CORE}  File "vllm/v1/engine/core.py", line 1323, in run_engine_core\n'
+    f"{_CORE}    engine_core.run_busy_loop()\n"
+    f"{_CORE}{{error}}\n"
+    f"{_API}vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. "
+    "See stack trace (above) for the root cause.\n"
+)
+CUDA_ERROR = "torch.AcceleratorError: CUDA error: an illegal memory access was encountered"
+_said = threading.Event()  # the engine's traceback is printed once
+
+
+def _engine_dies(error: str) -> None:
+    if not _said.is_set():
+        _said.set()
+        sys.stderr.write(_ENGINE_TRACEBACK.format(error=error))
+        sys.stderr.flush()
+
+
+def _failure_mode(n: int) -> str | None:
+    """What the `n`th chat request meets: "500", "hang", "cuda-exit0", or None (an answer)."""
+    for name, mode in (
+        ("FAKE_VLLM_500_AFTER", "500"),
+        ("FAKE_VLLM_HANG_AFTER", "hang"),
+        ("FAKE_VLLM_CUDA_EXIT0_AFTER", "cuda-exit0"),
+    ):
+        after = _after(name)
+        if after is not None and n > after:
+            return mode
+    return None
 
 
 def _make_handler(state: _State) -> type[BaseHTTPRequestHandler]:
@@ -258,6 +323,26 @@ def _make_handler(state: _State) -> type[BaseHTTPRequestHandler]:
             self._chat(body)
 
         def _chat(self, body: dict[str, Any]) -> None:
+            n = state.next_chat()
+            mode = _failure_mode(n)
+            if mode == "500":
+                _engine_dies(
+                    os.environ.get("FAKE_VLLM_ENGINE_ERROR")
+                    or f"RuntimeError: the fake engine core died at request {n} "
+                    "(FAKE_VLLM_500_AFTER)"
+                )
+                delay = float(os.environ.get("FAKE_VLLM_EXIT_DELAY_S", "1"))
+                threading.Timer(delay, os._exit, args=(1,)).start()
+                message = (
+                    "EngineCore encountered an issue. See stack trace (above) for the root cause."
+                )
+                self._json(500, {"error": {"message": message, "code": 500}})
+                return
+            if mode == "hang":
+                threading.Event().wait()  # never answers; /health and /metrics still do
+            if mode == "cuda-exit0":
+                _engine_dies(CUDA_ERROR)
+                os._exit(0)
             prompt = _prompt_text(body)
             # FAKE_VLLM_DIE_IN_PLAIN_BENCHMARK=1: the engine dies at the plain benchmark's first
             # request (its system message is "Request <hex>."), after the agent workload.
@@ -280,6 +365,8 @@ def _make_handler(state: _State) -> type[BaseHTTPRequestHandler]:
             # keeps the fake simple; tests use it to make one server clearly lose).
             time.sleep(completion_tokens * state.token_delay_s)
             drafts = completion_tokens if state.spec else 0
+            collapse = _after("FAKE_VLLM_ACCEPT_COLLAPSE_AFTER")
+            accepted = 0 if collapse is not None and n > collapse else drafts // 2
             state.counters.add(
                 prompt_tokens=prompt_tokens,
                 generation_tokens=completion_tokens,
@@ -289,7 +376,7 @@ def _make_handler(state: _State) -> type[BaseHTTPRequestHandler]:
                 request_success=1,
                 spec_decode_num_drafts=drafts,
                 spec_decode_num_draft_tokens=drafts,
-                spec_decode_num_accepted_tokens=drafts // 2,
+                spec_decode_num_accepted_tokens=accepted,
             )
             usage = {
                 "prompt_tokens": prompt_tokens,

@@ -36,6 +36,7 @@ import httpx
 
 from tuner.errors import WorkloadError, WorkloadStalled
 from tuner.metrics.energy import EnergyMeter
+from tuner.metrics.guards import run_guarded, watch_acceptance
 from tuner.metrics.prometheus import counter_deltas, scrape_metrics
 from tuner.metrics.scoring import score_tasks
 from tuner.records import TaskRecord, WorkloadRecord
@@ -330,7 +331,18 @@ async def run_workload(
         on_progress(RunProgress(len(scored.records), total, wins, elapsed, rate))
 
     report()
-    await _run_phase(ctx, scored, clock_zero, should_stop, report, warm.answered, stall)
+    # The acceptance guard scrapes /metrics during the scored window (tuner.metrics.guards).
+    guard = settings.acceptance_guard
+    watch = (
+        watch_acceptance(
+            client, base_url, guard, lambda: warm.answered + scored.answered, time.monotonic
+        )
+        if guard.enabled
+        else None
+    )
+    await run_guarded(
+        _run_phase(ctx, scored, clock_zero, should_stop, report, warm.answered, stall), watch
+    )
     wall = time.perf_counter() - scored.started
     joules = energy.stop() if energy is not None else None
     memory_mib = energy.memory_used_mib() if energy is not None else None

@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tuner.metrics.guards import AcceptanceGuardSettings
 from tuner.workload.shape import SuiteShape
 
 __all__ = ["WorkloadSettings"]
@@ -33,6 +34,8 @@ class WorkloadSettings(BaseModel):
         max_live_steps: Live mode's step limit; None allows twice the oracle's steps.
         traces: A JSONL file of recorded conversations to replay instead of the generated suite.
         shape: Sizes of the generated suite.
+        acceptance_guard: When a speculative server's acceptance collapses during the scored
+            window, stop the trial (tuner.metrics.guards).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -50,6 +53,7 @@ class WorkloadSettings(BaseModel):
     max_live_steps: int | None = Field(default=None, ge=1)
     traces: str | None = None
     shape: SuiteShape = Field(default_factory=SuiteShape.default)
+    acceptance_guard: AcceptanceGuardSettings = Field(default_factory=AcceptanceGuardSettings)
 
     @property
     def warmup_seed(self) -> int:
