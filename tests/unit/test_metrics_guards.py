@@ -35,6 +35,17 @@ def test_healthy_then_drafting_without_accepting_is_a_collapse_with_the_numbers(
     )
 
 
+def test_a_collapse_is_seen_when_each_scrape_drafts_more_than_a_window() -> None:
+    # A fast server drafts 300 tokens between scrapes (window 100): the window must still span 3
+    # scrapes. Found on merged main: the fake-vLLM collapse test passed or failed by how many
+    # tokens fell between two scrapes.
+    seen = _feed([(0, 0, 0), (1, 300, 150), (2, 600, 150), (3, 900, 150)])
+    assert seen[:3] == [None, None, None]
+    assert seen[3] == AcceptanceCollapse(
+        healthy_drafted=300, healthy_accepted=150, drafted=600, accepted=0, seconds=2, scrapes=3
+    )
+
+
 def test_a_config_that_never_accepted_is_slow_not_collapsed() -> None:
     points = [(float(i), 60.0 * i, 0.0) for i in range(30)]
     assert _feed(points) == [None] * 30

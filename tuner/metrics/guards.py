@@ -135,13 +135,15 @@ class AcceptanceGuard:
                 else:
                     del self.points[0]  # slide: a slow start may still turn healthy
             return None
-        # The latest start point that leaves at least window_tokens drafted up to now.
-        for i in range(len(self.points) - 1, -1, -1):
+        # The latest start point that leaves at least window_tokens drafted up to now AND spans
+        # min_scrapes scrapes. (Taking the latest point with enough tokens alone never fired when
+        # one scrape interval drafts more than window_tokens: it always spanned 2 scrapes.)
+        for i in range(len(self.points) - s.min_scrapes, -1, -1):
             ti, di, ai = self.points[i]
             if drafted - di >= s.window_tokens:
                 scrapes = len(self.points) - i
                 rate = (accepted - ai) / (drafted - di)
-                if scrapes >= s.min_scrapes and rate < s.floor:
+                if rate < s.floor:
                     return AcceptanceCollapse(
                         healthy_drafted=self.healthy[0],
                         healthy_accepted=self.healthy[1],
