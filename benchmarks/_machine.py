@@ -14,7 +14,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SIMD_FLAGS", "load_average", "machine_record"]
+__all__ = ["SIMD_FLAGS", "baseline_and_ngram", "load_average", "machine_record"]
 
 # The CPU flags that pick the CPU build's kernels (bf16 and int8 dot products, AMX tiles).
 SIMD_FLAGS = (
@@ -80,3 +80,21 @@ def machine_record() -> dict[str, Any]:
         "vllm": vllm,
         "load_average": load_average(),
     }
+
+
+def baseline_and_ngram(preset: Any, ngram: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """The model path (prepared into tuner's cache when the preset builds it), the baseline's
+    params, and an n-gram config on the baseline given as "DEPTH,LOOKUP_MIN,LOOKUP_MAX": the
+    pair the repeatability and probe benchmarks compare."""
+    from tuner.models import prepare
+    from tuner.settings import get_settings
+
+    model_path = (
+        str(prepare(preset.model.prepare, get_settings().cache_path()))
+        if preset.model.prepare
+        else preset.model.checkpoint
+    )
+    depth, lo, hi = (int(x) for x in ngram.split(","))
+    base = preset.baseline_params()
+    speculative = {"num_speculative_tokens": depth, "prompt_lookup_min": lo}
+    return model_path, base, {**base, "method": "ngram", **speculative, "prompt_lookup_max": hi}

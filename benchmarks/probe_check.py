@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from _machine import load_average, machine_record
+from _machine import baseline_and_ngram, load_average, machine_record
 
 from tuner.metrics.correctness import (
     DEFAULT_TIE_MARGIN,
@@ -39,9 +39,7 @@ from tuner.metrics.correctness import (
     first_divergences,
     judge_outputs,
 )
-from tuner.models import prepare
 from tuner.server import Launcher
-from tuner.settings import get_settings
 from tuner.study import load_preset
 from tuner.workload.probe import PROBE_IN_FLIGHT, ProbeResult, run_probe_sync
 
@@ -91,21 +89,7 @@ def main() -> int:
         return 0
 
     preset = load_preset(model=args.model, gpu=args.gpu)
-    cache = get_settings().cache_path()
-    model_path = (
-        str(prepare(preset.model.prepare, cache))
-        if preset.model.prepare
-        else preset.model.checkpoint
-    )
-    depth, lo, hi = (int(x) for x in args.ngram.split(","))
-    base = preset.baseline_params()
-    ngram = {
-        **base,
-        "method": "ngram",
-        "num_speculative_tokens": depth,
-        "prompt_lookup_min": lo,
-        "prompt_lookup_max": hi,
-    }
+    model_path, base, ngram = baseline_and_ngram(preset, args.ngram)
     machine = machine_record()
     launcher = Launcher()
     probes: dict[str, ProbeResult] = {}
@@ -175,7 +159,11 @@ def main() -> int:
         "machine": machine,
         "model": args.model,
         "gpu": args.gpu,
-        "ngram": {"depth": depth, "lookup_min": lo, "lookup_max": hi},
+        "ngram": {
+            "depth": ngram["num_speculative_tokens"],
+            "lookup_min": ngram["prompt_lookup_min"],
+            "lookup_max": ngram["prompt_lookup_max"],
+        },
         "default_tie_margin": DEFAULT_TIE_MARGIN,
         "probe_in_flight_default": PROBE_IN_FLIGHT,
         "logprobs_returned": {k: v.outputs.top is not None for k, v in p.items()},

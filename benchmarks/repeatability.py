@@ -39,11 +39,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from _machine import load_average, machine_record
+from _machine import baseline_and_ngram, load_average, machine_record
 
 from tuner.metrics import RunOutcomes, judge_outputs, match_rates, paired_ratio
 from tuner.metrics.drift import MIN_CHANGE, detect_trend, first_round_gap
-from tuner.models import prepare
 from tuner.settings import get_settings
 from tuner.study import load_preset
 from tuner.study.evaluate import ThroughputPlan, TrialRequest, TrialResult, evaluate
@@ -103,22 +102,7 @@ def main() -> int:
     update = {k: v for k, v in (("tasks", args.tasks), ("agents", args.agents)) if v}
     if update:
         preset = preset.model_copy(update={"workload": preset.workload.model_copy(update=update)})
-    settings = get_settings()
-    cache = settings.cache_path()
-    model_path = (
-        str(prepare(preset.model.prepare, cache))
-        if preset.model.prepare
-        else preset.model.checkpoint
-    )
-    depth, lo, hi = (int(x) for x in args.ngram.split(","))
-    base_params = preset.baseline_params()
-    ngram_params = {
-        **base_params,
-        "method": "ngram",
-        "num_speculative_tokens": depth,
-        "prompt_lookup_min": lo,
-        "prompt_lookup_max": hi,
-    }
+    model_path, base_params, ngram_params = baseline_and_ngram(preset, args.ngram)
     configs = {"A": base_params, "B": ngram_params}
     runs: dict[str, list[TrialResult]] = {"A": [], "B": []}
     # The machine's 1-minute load average as each run starts: noise is the machine's as much
@@ -134,7 +118,7 @@ def main() -> int:
                 params=params,
                 spec=preset.server_spec(params, model_path=model_path),
                 workload=preset.workload,
-                cache_dir=str(cache),
+                cache_dir=str(get_settings().cache_path()),
                 startup_timeout_s=preset.startup_timeout_s,
                 throughput=ThroughputPlan(streams=()),
                 tokenizer=model_path if Path(model_path).is_dir() else None,
