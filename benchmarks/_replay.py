@@ -45,6 +45,7 @@ from tuner.study.space import Preset
 from tuner.workload import build_task_set
 
 DATA = Path(__file__).resolve().parent / "data" / "grid-smollm2-135m-cpu.json"
+LARGE_DATA = DATA.with_name("grid-smollm2-135m-cpu-large.json")
 STOP_LATENCY_S = 1.0  # the worker's stop poller asks the hub once a second
 
 # Screening rules compared (`screening_rules.py`, `sample_efficiency.py --screening

@@ -40,8 +40,10 @@ import importlib.util
 import json
 import os
 import random
+import re
 import statistics
 import sys
+import textwrap
 import time
 import warnings
 from concurrent.futures import ProcessPoolExecutor
@@ -50,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from _replay import DATA, SCREEN_RULES, GridTable, config_key
+from _replay import DATA, LARGE_DATA, SCREEN_RULES, GridTable, config_key
 from _replay_backend import ReplayBackend
 
 from tuner.attrs import TrialAttr
@@ -370,14 +372,35 @@ def _screening_searches(*, all_rules: bool) -> list[Search]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=100)
-    parser.add_argument("--data", type=Path, default=DATA)
+    parser.add_argument("--data", type=Path, default=LARGE_DATA if LARGE_DATA.is_file() else DATA)
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--variants", action="store_true", help="also the settings compared")
-    parser.add_argument("--out", type=Path, default=OUT, help="the Markdown table (and .json)")
+    parser.add_argument(
+        "--out", type=Path, help="the Markdown table (and .json); default: named after --data"
+    )
     parser.add_argument(
         "--screening", action="store_true", help="also tuner and random search with screening"
     )
+    parser.add_argument(
+        "--readme",
+        type=Path,
+        help="rewrite this README's sample-efficiency section from the result (needs --screening)",
+    )
+    parser.add_argument(
+        "--render",
+        action="store_true",
+        help="no replay: rewrite --readme from the JSON beside --out (what the last run wrote)",
+    )
     args = parser.parse_args()
+    args.out = args.out or out_path(args.data)
+    if args.render:
+        if args.readme is None:
+            print("--render rewrites a README: name it with --readme README.md", file=sys.stderr)
+            return 2
+        return write_readme(args.readme, json.loads(args.out.with_suffix(".json").read_text()))
+    if args.readme is not None and not args.screening:
+        print("--readme quotes the screening rows: add --screening", file=sys.stderr)
+        return 2
     if args.screening:
         SEARCHES_ALL.extend(_screening_searches(all_rules=args.variants))
     if args.variants:
@@ -403,16 +426,86 @@ def main() -> int:
     with ProcessPoolExecutor(args.jobs, initializer=_init, initargs=(str(args.data),)) as pool:
         for i, k, run in pool.map(_one, jobs, chunksize=8):
             out.setdefault((i, k), []).append(run)
-    lines, rows = _table(table, out, args.seeds, time.monotonic() - t0)
+    took = time.monotonic() - t0
+    lines, rows = _table(table, out, args.seeds, took)
+    grid = grid_facts(table, args.data, args.seeds, took)
+    lines += verdict_lines(grid, rows)
     print("\n".join(lines))
-    _write(args.out, lines, rows)
-    return 0
+    doc = _write(args.out, lines, rows, grid)
+    return write_readme(args.readme, doc) if args.readme is not None else 0
 
 
-OUT = Path(__file__).resolve().parent / "data" / "sample-efficiency-smollm2-135m-cpu.md"
+def out_path(data: Path) -> Path:
+    """Where the table for the grid `data` goes: benchmarks/data/sample-efficiency-<grid>.md."""
+    name = data.stem.removeprefix("grid-")
+    return Path(__file__).resolve().parent / "data" / f"sample-efficiency-{name}.md"
 
 
-def _write(path: Path, lines: list[str], rows: list[dict[str, Any]]) -> None:
+def _rel(path: Path) -> str:
+    root = Path(__file__).resolve().parents[1]
+    try:
+        return path.resolve().relative_to(root).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def grid_facts(table: GridTable, data: Path, seeds: int, took: float) -> dict[str, Any]:
+    """What the README says of the grid itself."""
+    best = max(table.configs.values(), key=lambda c: c.tasks_per_hour)
+    return {
+        "data": _rel(data),
+        "configs": len(table.configs),
+        "runs": len(table.data["runs"]),
+        "cost_min": round(table.grid_cost_s() / 60, 1),
+        "best_tasks_per_hour": round(best.tasks_per_hour),
+        "near_best": sum(table.near_best(c.key) for c in table.configs.values()),
+        "seeds": seeds,
+        "took_s": round(took),
+        "partial": table.partial,
+        "goal": {"budget": GOAL_BUDGET, "hit": GOAL_HIT, "over_random": GOAL_MARGIN},
+    }
+
+
+# Issue 22's goal: at a quarter of the grid's cost, the export is within 5% of the best in at
+# least 90% of seeds, and at least 20 points more often than random search's.
+GOAL_BUDGET, GOAL_HIT, GOAL_MARGIN = 0.25, 0.90, 0.20
+
+
+def _hit(rows: list[dict[str, Any]], search: str, budget: float, slots: int = 1) -> float | None:
+    for r in rows:
+        if r["search"] == search and r["slots"] == slots:
+            return float(r["hit"][f"{budget:.0%}"])
+    return None
+
+
+def verdict_lines(grid: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
+    """The goal, and whether each search met it, from the rows (1 slot)."""
+    b = GOAL_BUDGET
+    rnd = _hit(rows, "random", b)
+    if rnd is None:
+        return []
+    out = [
+        "",
+        f"Goal at {b:.0%} of the grid's cost (1 slot): >= {GOAL_HIT:.0%} within 5%, and >= "
+        f"{GOAL_MARGIN * 100:.0f} points over random search ({rnd:.0%}).",
+    ]
+    for name in ("tuner", "tuner + screening"):
+        hit = _hit(rows, name, b)
+        if hit is None:
+            continue
+        margin = (hit - rnd) * 100
+        short = max(0.0, (GOAL_HIT - hit) * 100)
+        met_hit = "met" if short == 0 else f"{short:.0f} points short"
+        met_margin = (
+            "met" if margin >= GOAL_MARGIN * 100 else f"{GOAL_MARGIN * 100 - margin:.0f} short"
+        )
+        out.append(f"- {name}: {hit:.0%} ({met_hit}), {margin:+.0f} over random ({met_margin}).")
+    return out
+
+
+def _write(
+    path: Path, lines: list[str], rows: list[dict[str, Any]], grid: dict[str, Any]
+) -> dict[str, Any]:
     """The table as Markdown (with the command and the date), and its cells as JSON."""
     command = "python benchmarks/sample_efficiency.py " + " ".join(sys.argv[1:])
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
@@ -420,13 +513,98 @@ def _write(path: Path, lines: list[str], rows: list[dict[str, Any]]) -> None:
         "# Sample efficiency (written by benchmarks/sample_efficiency.py)",
         "",
         f"`{command.strip()}`, {when}, {os.cpu_count()} cores. Replay of the recorded grid "
-        "(benchmarks/data/grid-smollm2-135m-cpu.json): load shape, answers not graded.",
+        f"({grid['data']}): load shape, answers not graded.",
         "",
     ]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join([*head, *lines]) + "\n")
-    doc = {"command": command.strip(), "written": when, "header": lines[0], "rows": rows}
+    doc = {
+        "out": _rel(path),
+        "command": command.strip(),
+        "written": when,
+        "header": lines[0],
+        "grid": grid,
+        "rows": rows,
+        "verdict": [line for line in verdict_lines(grid, rows) if line],
+    }
     path.with_suffix(".json").write_text(json.dumps(doc, indent=1) + "\n")
+    return doc
+
+
+# ---- the README's section ------------------------------------------------------------------
+
+BEGIN = "<!-- sample-efficiency: written by benchmarks/sample_efficiency.py --readme -->"
+END = "<!-- sample-efficiency: end -->"
+README_SEARCHES = (
+    "tuner",
+    "tuner + screening",
+    "random",
+    "random + screening",
+    "grid in order",
+    "tuner + confirm 1,2",
+)
+
+
+_GLUE = re.compile(r"(\d) (s|min|tasks/h|configs|seeds|points)\b")
+
+
+def _wrap(text: str) -> list[str]:
+    """Lines of at most 100 characters that never split a figure from its unit."""
+    glued = _GLUE.sub(lambda m: f"{m.group(1)}\x00{m.group(2)}", text)
+    return [x.replace("\x00", " ") for x in textwrap.wrap(glued, 100, break_on_hyphens=False)]
+
+
+def render_readme(doc: dict[str, Any]) -> str:
+    """The README's section (between BEGIN and END) from what a run wrote (its JSON)."""
+    grid = doc["grid"]
+    src = f"<!-- source: {doc['out']} -->"
+    budgets = list(doc["rows"][0]["hit"])
+    intro = (
+        f"Replayed over a grid recorded on the real CPU build (`{doc['command']}`, "
+        f"{grid['took_s']} s, no vLLM; replay mode: load shape): {grid['configs']} configs, "
+        f"{grid['cost_min']} min to run them all, best {grid['best_tasks_per_hour']} tasks/h, "
+        f"{grid['near_best']} configs within 5% of it. hit@B: the share of {grid['seeds']} seeds "
+        "whose export is within 5% of the best after B of the grid's cost (startup included), "
+        'one slot; "+ screening": a candidate stops at a rung when even its optimistic rate '
+        "cannot reach the best trial's on the same first tasks."
+    )
+    out = [
+        BEGIN,
+        src,
+        *_wrap(intro),
+        "",
+        src,
+        "| search | " + " | ".join(f"hit@{b}" for b in budgets) + " | trials (median) |",
+        "|---|" + "---|" * len(budgets) + "---|",
+    ]
+    for name in README_SEARCHES:
+        for r in doc["rows"]:
+            if r["search"] != name or r["slots"] != 1:
+                continue
+            cells = []
+            for b in budgets:
+                cell = f"{r['hit'][b]:.0%}"
+                if r.get("cost"):
+                    cell += f" (cost {r['cost'][b]:.0%})"
+                cells.append(cell)
+            out.append(f"| {name} | " + " | ".join(cells) + f" | {r['trials']:.0f} |")
+    verdict = " ".join(x.removeprefix("- ") for x in doc["verdict"])
+    out += ["", src, *_wrap(verdict), END]
+    return "\n".join(out)
+
+
+def write_readme(readme: Path, doc: dict[str, Any]) -> int:
+    """Replace the README's section with `render_readme(doc)`; exit 2 if it has none."""
+    text = readme.read_text()
+    start, end = text.find(BEGIN), text.find(END)
+    if start < 0 or end < start:
+        print(
+            f"{readme}: no section to rewrite; put the lines {BEGIN} and {END} where it goes",
+            file=sys.stderr,
+        )
+        return 2
+    readme.write_text(text[:start] + render_readme(doc) + text[end + len(END) :])
+    return 0
 
 
 def _table(
@@ -467,15 +645,16 @@ def _table(
             r = f"{reach:.0%}" if reach is not None else "-"
             n = statistics.median(x.trials for x in runs)
             lines.append(f"| {search.name} | {k} | {cells} | {r} | {n:.0f} |")
-            rows.append(
-                {
-                    "search": search.name,
-                    "slots": k,
-                    "hit": dict(zip([f"{x:.0%}" for x in BUDGETS], shares, strict=True)),
-                    "reach": reach,
-                    "trials": n,
-                }
-            )
+            row: dict[str, Any] = {
+                "search": search.name,
+                "slots": k,
+                "hit": dict(zip([f"{x:.0%}" for x in BUDGETS], shares, strict=True)),
+                "reach": reach,
+                "trials": n,
+            }
+            if search.confirm is not None:
+                row["cost"] = dict(zip([f"{x:.0%}" for x in BUDGETS], costs, strict=True))
+            rows.append(row)
     lines.append(f"({took:.0f} s)")
     return lines, rows
 
