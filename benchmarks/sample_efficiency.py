@@ -23,7 +23,7 @@ answer cost in all. Goal (issue 12): hit >= 90% at 25% of the grid's cost, above
         [--out FILE.md]
 
 The table is printed and written, with the command that made it, to `--out` (default
-benchmarks/data/sample-efficiency-smollm2-135m-cpu.md) and beside it as JSON (same name,
+benchmarks/data/sample-efficiency-<grid>.md, named after `--data`) and beside it as JSON (same name,
 .json): the README quotes that file, and tests/unit/test_readme_figures.py checks it does.
 
 `--variants` also replays other sampler and pruner settings (TPE start-up trials, independent
@@ -429,9 +429,10 @@ def main() -> int:
     took = time.monotonic() - t0
     lines, rows = _table(table, out, args.seeds, took)
     grid = grid_facts(table, args.data, args.seeds, took)
-    lines += verdict_lines(grid, rows)
+    verdict = verdict_lines(grid, rows)
+    lines += verdict
     print("\n".join(lines))
-    doc = _write(args.out, lines, rows, grid)
+    doc = _write(args.out, lines, rows, grid, [line for line in verdict if line])
     return write_readme(args.readme, doc) if args.readme is not None else 0
 
 
@@ -504,7 +505,11 @@ def verdict_lines(grid: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]
 
 
 def _write(
-    path: Path, lines: list[str], rows: list[dict[str, Any]], grid: dict[str, Any]
+    path: Path,
+    lines: list[str],
+    rows: list[dict[str, Any]],
+    grid: dict[str, Any],
+    verdict: list[str],
 ) -> dict[str, Any]:
     """The table as Markdown (with the command and the date), and its cells as JSON."""
     command = "python benchmarks/sample_efficiency.py " + " ".join(sys.argv[1:])
@@ -525,7 +530,7 @@ def _write(
         "header": lines[0],
         "grid": grid,
         "rows": rows,
-        "verdict": [line for line in verdict_lines(grid, rows) if line],
+        "verdict": verdict,
     }
     path.with_suffix(".json").write_text(json.dumps(doc, indent=1) + "\n")
     return doc
