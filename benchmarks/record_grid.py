@@ -441,6 +441,7 @@ def _record(path: Path, preset: Preset, grid_plan: GridPlan, limit: int | None) 
             waited = time.monotonic() - waited
             if (key, rep) in _done(_load(path) or {"runs": []}):
                 continue  # a harvest covered it while this waited for the lock
+            load_before = os.getloadavg()[0]
             request = TrialRequest(
                 study_name="grid",
                 trial_number=i,
@@ -454,12 +455,16 @@ def _record(path: Path, preset: Preset, grid_plan: GridPlan, limit: int | None) 
             )
             result = evaluate(request, on_progress=on_progress)
         entry = _run_entry(key, rep, result, progress)
+        # The 1-minute load average as the run started and ended: a run is evidence only on an
+        # otherwise idle box (vLLM itself keeps the load near 2 on 2 cores).
+        entry["load_1min"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
         entry["recorded_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         _append(path, [entry])
         print(
             f"[{i + 1}/{len(todo)}] {entry['recorded_at']} {key} rep {rep}: "
             f"{entry.get('tasks_per_hour')} tasks/h, wall {entry['wall_s']} s, "
-            f"failure {entry['failure_kind']}, waited {waited:.0f} s for the lock",
+            f"failure {entry['failure_kind']}, load {entry['load_1min']}, "
+            f"waited {waited:.0f} s for the lock",
             flush=True,
         )
     return 0
