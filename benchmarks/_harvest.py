@@ -19,8 +19,8 @@ from optuna.trial import TrialState
 
 from tuner.attrs import StudyAttr, TrialAttr
 from tuner.storage import Store
-from tuner.study.evaluate import TrialResult
-from tuner.study.space import Preset
+from tuner.study.space import Preset, config_key
+from tuner.study.trial.evaluate import TrialResult
 
 __all__ = ["harvest"]
 
@@ -46,7 +46,6 @@ def harvest(
         taken: Sources already in the data file (`study/trial@url`), skipped.
         entry: `record_grid._run_entry`, which turns a result into a data-file run.
     """
-    from record_grid import config_key
 
     out: list[dict[str, Any]] = []
     store = Store(url)

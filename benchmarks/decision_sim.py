@@ -22,8 +22,8 @@ What is recorded, and how a simulated run is drawn from it:
   leaves after the task jitter. Every run (search trial or confirmation run) draws its own shift.
   A candidate that is x faster has its durations divided by x.
 - A study: the baseline and N candidates run once each (the search); the confirmation stage
-  re-runs the top K candidates by search score (`tuner.study.confirm.plan_confirmation`, the real
-  function) and the baseline, R rounds; then the decision.
+  re-runs the top K candidates by search score (`tuner.study.stages.confirm.plan_confirmation`, the
+  real function) and the baseline, R rounds; then the decision.
 
 The new rule is tuner's own code: `tuner.results.export.choose_export` on a `StudyResults` of
 the simulated trials (which calls `tuner.results.decision.judge_study` and
@@ -59,8 +59,9 @@ from tuner.attrs import Role, TrialAttr
 from tuner.metrics import DEFAULT_NOISE, BetweenRunNoise, RunOutcomes, makespan
 from tuner.metrics.legacy import LegacyEstimate, legacy_paired_ratio, legacy_winner
 from tuner.results.export import choose_export
-from tuner.results.loading import StudyResults, TrialRow
-from tuner.study.confirm import ConfirmPlan, plan_confirmation
+from tuner.results.study_reader import StudyResults, TrialRow
+from tuner.study.space import config_key
+from tuner.study.stages.confirm import ConfirmPlan, plan_confirmation
 
 ROOT = Path(__file__).resolve().parent.parent
 GRID = ROOT / "benchmarks" / "data" / "grid-smollm2-135m-cpu.json"
@@ -96,10 +97,6 @@ class Recorded:
         )
 
 
-def _key(params: dict[str, Any]) -> str:
-    return json.dumps(params, sort_keys=True)
-
-
 def _log_sd_terms(values: Sequence[float]) -> tuple[float, int]:
     logs = [math.log(v) for v in values]
     mean = sum(logs) / len(logs)
@@ -133,7 +130,7 @@ def load_recorded() -> Recorded:
     by_config: dict[str, list[dict[str, Any]]] = {}
     for run in grid["runs"]:
         if run.get("failure_kind") is None and run.get("tasks"):
-            by_config.setdefault(_key(run["params"]), []).append(run)
+            by_config.setdefault(config_key(run["params"]), []).append(run)
     squares, df = 0.0, 0
     residuals: list[float] = []
     for runs in by_config.values():
@@ -153,7 +150,7 @@ def load_recorded() -> Recorded:
             ss, d = _log_sd_terms(series)
             squares, df = squares + ss, df + d
     run_sd = math.sqrt(squares / df)
-    base_runs = by_config[_key(BASELINE)]
+    base_runs = by_config[config_key(BASELINE)]
     columns = list(zip(*(r["tasks"] for r in base_runs), strict=True))
     task_s = tuple(math.exp(sum(math.log(t[2]) for t in col) / len(col)) for col in columns)
     task_ok = tuple(bool(col[0][0]) for col in columns)

@@ -1,8 +1,8 @@
 """The correctness probe on the real build: does batching change answers; the n-gram verdict.
 
 Starts three real servers of a preset in turn (baseline, n-gram, baseline again) and asks each
-the probe set (`tuner.workload.probe`) one prompt at a time and 4 at a time, with the top
-log-probabilities of every output token. It prints and records:
+the probe set (`tuner.workload.correctness_probe`) one prompt at a time and 4 at a time, with the
+top log-probabilities of every output token. It prints and records:
 
 - the same server asked twice, and 1-at-a-time against 4-at-a-time: how many prompts' greedy
   answers differ (does batching change the answer?);
@@ -41,7 +41,7 @@ from tuner.metrics.correctness import (
 )
 from tuner.server import Launcher
 from tuner.study import load_preset
-from tuner.workload.probe import PROBE_IN_FLIGHT, ProbeResult, run_probe_sync
+from tuner.workload.correctness_probe import PROBE_IN_FLIGHT, ProbeResult, run_probe_sync
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "correctness-probe.md"

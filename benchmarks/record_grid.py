@@ -2,7 +2,7 @@
 
 The table this writes, `benchmarks/data/grid-smollm2-135m-cpu.json`, is what
 `benchmarks/sample_efficiency.py` replays studies over. Each configuration is evaluated once by
-`tuner.study.evaluate.evaluate`, the very function a study's Ray worker runs, with the request
+`tuner.study.trial.evaluate.evaluate`, the very function a study's Ray worker runs, with the request
 built as the driver builds it (preset server spec, workload, plain benchmark, tokenizer), so the
 seconds and outcomes are the ones a study sees. Three configurations are run three more times
 each to show the run-to-run noise.
@@ -71,8 +71,8 @@ from typing import Any
 
 from tuner.models import prepare
 from tuner.settings import get_settings
-from tuner.study.evaluate import ThroughputPlan, TrialRequest, TrialResult, evaluate
-from tuner.study.space import Preset, load_preset
+from tuner.study.space import Preset, config_key, load_preset
+from tuner.study.trial.evaluate import ThroughputPlan, TrialRequest, TrialResult, evaluate
 from tuner.workload import RunProgress
 
 DATA = Path(__file__).resolve().parent / "data" / "grid-smollm2-135m-cpu.json"
@@ -176,6 +176,17 @@ def trimmed_preset() -> Preset:
     return PLANS["trimmed"].preset()
 
 
+# Loop settings: how a study searches, not what one run measures (a recording stays valid when
+# a preset changes them).
+_LOOP_ONLY = {"screening": False, "confirm": None, "load_sweep": ()}
+
+
+def same_measurement(recorded: Preset, preset: Preset) -> bool:
+    """True when the runs recorded with `recorded` measure what `preset` would (the same
+    model, server, space and workload; the loop's own settings may differ)."""
+    return recorded.model_copy(update=_LOOP_ONLY) == preset.model_copy(update=_LOOP_ONLY)
+
+
 def grid(preset: Preset) -> Iterator[dict[str, Any]]:
     """Every params dict `Preset.suggest` can return for this space (same keys, same rules)."""
     s = preset.space
@@ -205,11 +216,6 @@ def grid(preset: Preset) -> Iterator[dict[str, Any]]:
                             "prompt_lookup_max": hi,
                             **m,
                         }
-
-
-def config_key(params: dict[str, Any]) -> str:
-    """A stable name for a params dict."""
-    return json.dumps(params, sort_keys=True)
 
 
 def plan(
@@ -300,7 +306,7 @@ def _new_data(preset: Preset, grid_plan: GridPlan) -> dict[str, Any]:
     return {
         "about": (
             f"Every configuration of the {grid_plan.name} smollm2-135m CPU space evaluated by "
-            "tuner.study.evaluate.evaluate on the real vLLM CPU build (replay workload: load "
+            "tuner.study.trial.evaluate.evaluate on the real vLLM CPU build (replay workload: load "
             "shape, not graded answers), plus noise repeats; runs with a 'source' were taken "
             "from tuner studies run on the same machine (--harvest). Why this space: see "
             "benchmarks/record_grid.py's docstring."
@@ -358,7 +364,7 @@ def main() -> int:
     data = _load(args.out)
     if data is None:
         _save(args.out, _new_data(preset, grid_plan))
-    elif Preset.model_validate(data["preset"]) != preset:
+    elif not same_measurement(Preset.model_validate(data["preset"]), preset):
         # Compared as presets, not as JSON: a field added to Preset later (with its default)
         # does not make the recording a different one.
         print(f"{args.out} was recorded with another preset; move it away first", file=sys.stderr)
@@ -385,7 +391,7 @@ def recorded_run_seconds(path: Path = DATA) -> list[float]:
 def _dry_run(path: Path, preset: Preset, grid_plan: GridPlan, limit: int | None) -> int:
     """Print the plan (runs to go, in order) and the time it takes at the recorded seconds."""
     data = _load(path)
-    if data is not None and Preset.model_validate(data["preset"]) != preset:
+    if data is not None and not same_measurement(Preset.model_validate(data["preset"]), preset):
         print(f"{path} was recorded with another preset; move it away first", file=sys.stderr)
         return 2
     runs = plan(preset, grid_plan.noise)

@@ -45,7 +45,7 @@ from tuner.metrics import RunOutcomes, judge_outputs, match_rates, paired_ratio
 from tuner.metrics.drift import MIN_CHANGE, detect_trend, first_round_gap
 from tuner.settings import get_settings
 from tuner.study import load_preset
-from tuner.study.evaluate import ThroughputPlan, TrialRequest, TrialResult, evaluate
+from tuner.study.trial.evaluate import ThroughputPlan, TrialRequest, TrialResult, evaluate
 
 
 @contextlib.contextmanager

@@ -32,9 +32,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tuner.study.confirm import ConfirmPlan  # noqa: E402
-from tuner.study.progress import estimate_line, minutes  # noqa: E402
+from tuner.study.search.progress import estimate_line, minutes  # noqa: E402
 from tuner.study.space import load_preset  # noqa: E402
+from tuner.study.stages.confirm import ConfirmPlan  # noqa: E402
 
 README_ARGS = ["--model", "smollm2-135m", "--gpu", "cpu", "--n-trials", "6"]
 

@@ -8,21 +8,29 @@ also live, in full, in tuner's own tables. The Optuna parameter names are the se
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from enum import StrEnum
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    from optuna.trial import FrozenTrial
 
 __all__ = [
     "ControlKind",
     "Role",
     "StudyAttr",
     "TrialAttr",
+    "feasible",
+    "is_feasible",
+    "is_infeasible",
+    "marked_infeasible",
     "role_from",
 ]
 
 
 class Role(StrEnum):
-    """A trial's role (`TrialAttr.ROLE`); see `tuner.study.roles` for what each one guarantees."""
+    """A trial's role (`TrialAttr.ROLE`); see `tuner.study.search.roles` for what each one
+    guarantees."""
 
     BASELINE = "baseline"  # no speculation at the preset's baseline memory and max_num_seqs
     CANDIDATE = "candidate"  # a sampled config
@@ -47,13 +55,16 @@ class StudyAttr:
     TARGET: Final = "n_trials_target"  # counted trials the current run works towards
     MODE: Final = "mode"  # workload mode: "replay" | "live" | "traces"
     MODE_NOTE: Final = "mode_note"  # what the mode's numbers mean, e.g. replay: answers not graded
-    CONFIRMATION: Final = "confirmation"  # tuner.study.confirm's verdict per confirmed config
-    VLLM_VERSION: Final = "vllm_version"  # the vLLM the study measured (tuner.study.preflight)
+    # tuner.study.stages.confirm's verdict per confirmed config
+    CONFIRMATION: Final = "confirmation"
+    # the vLLM the study measured (tuner.study.preflight.checks)
+    VLLM_VERSION: Final = "vllm_version"
     VLLM_LACKS: Final = "vllm_lacks"  # knobs tuner can emit that this vLLM rejects
     # The run-to-run noise of a round's paired log ratio the verdicts used
     # (tuner.metrics.BetweenRunNoise.to_json()): stored so a verdict can be recomputed.
     BETWEEN_RUN_NOISE: Final = "between_run_noise"
-    # tuner.study.sizing.workload_reductions: one line per knob cut for the workload ([] none)
+    # tuner.study.preflight.sizing.workload_reductions: one line per knob cut for the
+    # workload ([] none)
     SPACE_REDUCTIONS: Final = "space_reductions"
 
 
@@ -89,7 +100,7 @@ class TrialAttr:
     FAILURE_REASON: Final = "failure_reason"  # one line
     INFEASIBLE: Final = "infeasible"  # True when the config cannot run on this card
     PRUNED_AT_TASKS: Final = "pruned_at_tasks"
-    # Screening (tuner.study.pruning.ScreenRule): rungs a candidate passed, and where it was
+    # Screening (tuner.study.search.pruning.ScreenRule): rungs a candidate passed, and where it was
     # stopped ({"rung", "tasks", "optimistic_tasks_per_hour", "best_tasks_per_hour"}).
     RUNG: Final = "rung"
     SCREENED_OUT_AT: Final = "screened_out_at"
@@ -98,7 +109,8 @@ class TrialAttr:
     DRIVER: Final = "driver"  # {"host", "pid"} of the driver process running the trial
     # Errors after the workload finished (plain benchmark, stop): the trial keeps its value.
     NOTES: Final = "notes"  # list of one-line strings
-    PROBE: Final = "probe"  # tuner.workload.probe.ProbeResult.to_json(): greedy probe answers
+    # tuner.workload.correctness_probe.ProbeResult.to_json(): greedy probe answers
+    PROBE: Final = "probe"
     CONFIRM_OF: Final = "confirm_of"  # a confirmation run: the trial number whose config it re-runs
     CONFIRM_ROUND: Final = "confirm_round"  # a confirmation run: its round (0, 1, ...)
     # A candidate that is the baseline's config entered again on purpose (`tuner optimize
@@ -117,3 +129,35 @@ def role_from(user_attrs: Mapping[str, Any], number: int) -> str:
     if role is None:
         return str(Role.BASELINE if number == 0 else Role.CANDIDATE)
     return str(role)
+
+
+# ---- feasibility: the one rule --------------------------------------------------------------
+# A config is infeasible when it could not run on the card (the trial says so in the
+# `infeasible` attribute and the `fits_on_card` constraint, `tuner.study.search.recording`), and
+# a trial is feasible when it completed with a score and is not infeasible. The search, the
+# stages after it and the results all decide through these functions.
+
+
+def marked_infeasible(user_attrs: Mapping[str, Any], constraints: Iterable[float]) -> bool:
+    """The config could not run on the card: the `infeasible` attribute or a violated
+    constraint (either one: a study written by an older tuner may hold only one of them)."""
+    return bool(user_attrs.get(TrialAttr.INFEASIBLE)) or any(v > 0 for v in constraints)
+
+
+def feasible(*, complete: bool, value: float | None, infeasible: bool) -> bool:
+    """Completed with a score, and the config could run on the card."""
+    return complete and value is not None and not infeasible
+
+
+def is_infeasible(trial: FrozenTrial) -> bool:
+    """`marked_infeasible` for an Optuna trial."""
+    return marked_infeasible(trial.user_attrs, trial.constraints.values())
+
+
+def is_feasible(trial: FrozenTrial) -> bool:
+    """`feasible` for an Optuna trial (its state named, so this module needs no Optuna)."""
+    return feasible(
+        complete=trial.state.name == "COMPLETE",
+        value=trial.value,
+        infeasible=is_infeasible(trial),
+    )

@@ -11,6 +11,7 @@ TunerError
 ├── ModelPrepError        a test model cannot be built (missing package, unwritable cache)
 ├── ServerError           a vLLM server could not be started, watched or stopped
 │   └── StartupFailed     the server exited or timed out before /health; carries the failure
+│                         (defined in tuner.server.failures, beside the failure it carries)
 ├── WorkloadError         the workload cannot run (bad traces file, server unreachable)
 └── StudyError            the study cannot run or report (no such study, no finished trial)
 ```
@@ -24,13 +25,11 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pydantic import ValidationError
 
-    from tuner.server.failures import StartupFailure
 
 __all__ = [
     "ConfigError",
     "ModelPrepError",
     "ServerError",
-    "StartupFailed",
     "StorageError",
     "StudyError",
     "TunerError",
@@ -68,18 +67,6 @@ class ModelPrepError(TunerError):
 
 class ServerError(TunerError):
     """A vLLM server could not be started, watched or stopped."""
-
-
-class StartupFailed(ServerError):
-    """The server did not become ready; `failure` says why, in vLLM's own numbers."""
-
-    def __init__(self, failure: StartupFailure) -> None:
-        super().__init__(failure.summary(), log_path=failure.log_path)
-        self.failure = failure
-
-    def __reduce__(self) -> tuple[type[StartupFailed], tuple[StartupFailure]]:
-        # Ray pickles exceptions; rebuild from the failure, not from the message string.
-        return (type(self), (self.failure,))
 
 
 class WorkloadError(TunerError):

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:  # tuner.metrics imports these records
-    from tuner.metrics import Score, ServerCounters
+from typing import Any
 
 __all__ = [
+    "Score",
+    "ServerCounters",
     "ServerStartRecord",
     "StartupFacts",
     "StepRecord",
@@ -114,14 +113,29 @@ class TaskRecord:
         return sum(s.output_tokens for s in self.steps)
 
 
-@dataclass(frozen=True)
-class WorkloadRecord:
-    """One scored workload run against one server, with its score and diagnostics."""
+class _Acceptance:
+    """Speculative acceptance derived from a record's draft counters (None without drafts)."""
 
-    mode: str
-    task_set_hash: str
-    seed: int
-    agents: int
+    spec_drafts: int | None
+    spec_draft_tokens: int | None
+    spec_accepted_tokens: int | None
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        """Accepted draft tokens / proposed draft tokens."""
+        return acceptance_rate(self.spec_draft_tokens, self.spec_accepted_tokens)
+
+    @property
+    def mean_acceptance_length(self) -> float | None:
+        """1 + accepted tokens per draft (vLLM's definition)."""
+        return mean_acceptance_length(self.spec_drafts, self.spec_accepted_tokens)
+
+
+@dataclass(frozen=True)
+class Score:
+    """What `tuner.metrics.score_tasks` computes from the scored tasks of one run (None: not
+    measured)."""
+
     tasks: int
     successes: int
     scored_wall_s: float
@@ -131,15 +145,6 @@ class WorkloadRecord:
     success_rate: float
     success_rate_low: float
     success_rate_high: float
-    prefix_cache_hit_ratio: float | None = None
-    spec_drafts: int | None = None
-    spec_draft_tokens: int | None = None
-    spec_accepted_tokens: int | None = None
-    spec_accepted_per_pos: tuple[int, ...] | None = None
-    preemptions: int | None = None
-    prompt_tokens: int | None = None
-    generation_tokens: int | None = None
-    energy_joules: float | None = None
     ttft_p50: float | None = None
     ttft_p90: float | None = None
     ttft_p99: float | None = None
@@ -150,8 +155,55 @@ class WorkloadRecord:
     itl_p90: float | None = None
     itl_p99: float | None = None
     output_tokens_per_s: float | None = None
+    energy_joules: float | None = None
     joules_per_task: float | None = None
     joules_per_token: float | None = None
+
+
+@dataclass(frozen=True)
+class ServerCounters(_Acceptance):
+    """Counter deltas over the scored window (None: the server does not export it)."""
+
+    prefix_cache_queries: int | None = None
+    prefix_cache_hits: int | None = None
+    spec_drafts: int | None = None
+    spec_draft_tokens: int | None = None
+    spec_accepted_tokens: int | None = None
+    spec_accepted_per_pos: tuple[int, ...] | None = None
+    preemptions: int | None = None
+    prompt_tokens: int | None = None
+    generation_tokens: int | None = None
+
+    @property
+    def prefix_cache_hit_ratio(self) -> float | None:
+        """Prefix-cache hit tokens / queried tokens over the window.
+
+        With prefix caching off vLLM exports both counters but never queries the cache: prompt
+        tokens were served and none came from a cache, so the ratio is 0.0 (measured).
+        """
+        if self.prefix_cache_hits is None or self.prefix_cache_queries is None:
+            return None
+        if self.prefix_cache_queries > 0:
+            return self.prefix_cache_hits / self.prefix_cache_queries
+        return 0.0 if self.prompt_tokens else None
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkloadRecord(Score, _Acceptance):
+    """One scored workload run against one server: its `Score` and the run's diagnostics."""
+
+    mode: str
+    task_set_hash: str
+    seed: int
+    agents: int
+    prefix_cache_hit_ratio: float | None = None
+    spec_drafts: int | None = None
+    spec_draft_tokens: int | None = None
+    spec_accepted_tokens: int | None = None
+    spec_accepted_per_pos: tuple[int, ...] | None = None
+    preemptions: int | None = None
+    prompt_tokens: int | None = None
+    generation_tokens: int | None = None
     gpu_memory_used_mib: float | None = None  # NVML, summed over the server's GPUs, at window end
     task_records: tuple[TaskRecord, ...] = ()
 
@@ -183,16 +235,6 @@ class WorkloadRecord:
             task_records=tuple(task_records),
             **values,
         )
-
-    @property
-    def acceptance_rate(self) -> float | None:
-        """Accepted draft tokens / proposed draft tokens."""
-        return acceptance_rate(self.spec_draft_tokens, self.spec_accepted_tokens)
-
-    @property
-    def mean_acceptance_length(self) -> float | None:
-        """1 + accepted tokens per draft (vLLM's definition)."""
-        return mean_acceptance_length(self.spec_drafts, self.spec_accepted_tokens)
 
 
 # `ServerCounters` values a WorkloadRecord keeps (the hit ratio is derived from two counters).

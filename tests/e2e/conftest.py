@@ -74,14 +74,14 @@ def cpu_study(
     url = f"sqlite:///{db}"
     # With seed 0 the first candidate after the baseline is n-gram depth 1 with a 1 GB KV cache
     # (the baseline has 2 GB), which `tuner explain` needs. The first draws are TPE's random
-    # start-up draws, seeded from the study seed and the trials present (tuner.study.sampling
+    # start-up draws, seeded from the study seed and the trials present (tuner.study.search.sampling
     # derive_seed), so they do not depend on measured values. Seed 3 drew none under the
     # derived seeds.
     # One confirmation round of the best candidate and the baseline (two more real starts)
     # exercises the stage on the real build and gives the correctness probe its floor.
     # --full-space: the draws above are the preset's full space (the reduced one, without the
     # 1 GB KV size, draws n-gram at 2 GB first under seed 0); a later run of this study without
-    # the flag keeps the full space, since the study searched it (tuner.study.driver).
+    # the flag keeps the full space, since the study searched it (tuner.study.search.driver).
     proc = run_optimize(
         url, "cpu-e2e", cache_dir, N_TRIALS, "--seed", "0", "--confirm", "1,1", "--full-space"
     )

@@ -30,7 +30,7 @@ from tests.e2e.conftest import tuner_env
 from tuner.attrs import TrialAttr
 from tuner.server.reaper import port_free
 from tuner.storage import Store
-from tuner.study.roles import counts_toward_budget
+from tuner.study.search.roles import counts_toward_budget
 from tuner.study.space import preset_dir
 
 pytestmark = [pytest.mark.vllm, pytest.mark.kill]

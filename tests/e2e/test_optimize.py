@@ -9,7 +9,7 @@ from optuna.trial import TrialState
 from tests.e2e.conftest import N_TRIALS, CpuStudy, run_optimize
 from tuner.attrs import TrialAttr
 from tuner.storage import Store
-from tuner.study.roles import counts_toward_budget
+from tuner.study.search.roles import counts_toward_budget
 
 pytestmark = pytest.mark.vllm
 

@@ -22,7 +22,7 @@ import yaml
 
 from tuner.server.reaper import group_members, port_free
 from tuner.study.space import preset_dir
-from tuner.workload.probe import PROBE_PROMPTS
+from tuner.workload.correctness_probe import PROBE_PROMPTS
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The installed vLLM is asked what it accepts, and the search space follows its answer.
 
-The probe runs against the real vLLM in this venv (the CPU build, 0.32 here) in a subprocess of
+The query runs against the real vLLM in this venv (the CPU build, 0.32 here) in a subprocess of
 its Python; no server is started. Other vLLM versions are exercised with capabilities built
 from what those versions' config classes hold (vLLM 0.26 has no `disable_eagle_block_drop`,
 docs/gpu-validation.md).
@@ -20,11 +20,11 @@ from optuna.trial import FrozenTrial
 
 from tuner.attrs import StudyAttr, TrialAttr
 from tuner.errors import ConfigError
-from tuner.server.capabilities import VllmCapabilities, find_python, probe
+from tuner.server.capabilities import VllmCapabilities, find_python, read_capabilities
 from tuner.settings import CPU_ENTRYPOINT, LaunchCommand
-from tuner.study.explain import plan_controls
-from tuner.study.preflight import lacking_knobs, preflight
+from tuner.study.preflight.checks import lacking_knobs, preflight
 from tuner.study.space import load_preset
+from tuner.study.stages.controls import plan_controls
 
 
 def _installed_vllm_version() -> str:
@@ -37,17 +37,17 @@ def _installed_vllm_version() -> str:
 
 
 @pytest.fixture(scope="module")
-def probed(tmp_path_factory: pytest.TempPathFactory) -> tuple[VllmCapabilities, Path]:
+def queried(tmp_path_factory: pytest.TempPathFactory) -> tuple[VllmCapabilities, Path]:
     cache = tmp_path_factory.mktemp("caps")
-    return probe(sys.executable, cache_dir=cache), cache
+    return read_capabilities(sys.executable, cache_dir=cache), cache
 
 
 @pytest.fixture(scope="module")
-def caps(probed: tuple[VllmCapabilities, Path]) -> VllmCapabilities:
-    return probed[0]
+def caps(queried: tuple[VllmCapabilities, Path]) -> VllmCapabilities:
+    return queried[0]
 
 
-def test_probe_reads_the_installed_vllm(caps: VllmCapabilities) -> None:
+def test_query_reads_the_installed_vllm(caps: VllmCapabilities) -> None:
     assert caps.version == _installed_vllm_version()
     assert {"method", "num_speculative_tokens", "prompt_lookup_min"} <= caps.spec_fields
     assert {"ngram", "mtp", "eagle3", "suffix", "draft_model"} <= caps.methods
@@ -58,18 +58,18 @@ def test_probe_reads_the_installed_vllm(caps: VllmCapabilities) -> None:
     assert "--no-such-flag" not in caps.flags
 
 
-def test_probe_answer_is_cached_per_install(
-    probed: tuple[VllmCapabilities, Path], tmp_path: Path
+def test_query_answer_is_cached_per_install(
+    queried: tuple[VllmCapabilities, Path], tmp_path: Path
 ) -> None:
-    caps, cache = probed
+    caps, cache = queried
     cached = list((cache / "vllm-capabilities").glob("*.json"))
     assert len(cached) == 1
     assert VllmCapabilities.from_json(json.loads(cached[0].read_text())) == caps
-    # A changed copy of the cache file is what a second call returns: it did not probe again.
+    # A changed copy of the cache file is what a second call returns: it did not ask again.
     (tmp_path / "vllm-capabilities").mkdir()
     changed = caps.to_json() | {"version": "0.0.cached"}
     (tmp_path / "vllm-capabilities" / cached[0].name).write_text(json.dumps(changed))
-    assert probe(sys.executable, cache_dir=tmp_path).version == "0.0.cached"
+    assert read_capabilities(sys.executable, cache_dir=tmp_path).version == "0.0.cached"
 
 
 def test_python_of_the_launch_command(tmp_path: Path) -> None:

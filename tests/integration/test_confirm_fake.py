@@ -21,8 +21,8 @@ from tuner.results import choose_export, load_results
 from tuner.results.decision import judge_study
 from tuner.storage import Store
 from tuner.study import Preset, optimize
-from tuner.study.confirm import ConfirmPlan, confirm_study
-from tuner.study.roles import counts_toward_budget, enqueue_run
+from tuner.study.search.roles import counts_toward_budget, enqueue_run
+from tuner.study.stages.confirm import ConfirmPlan, confirm_study
 
 pytestmark = pytest.mark.ray
 

@@ -18,7 +18,6 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tuner.errors import StartupFailed
 from tuner.records import StartupFacts
 from tuner.server import (
     FailureKind,
@@ -29,6 +28,7 @@ from tuner.server import (
     parse_log,
     parse_metric_labels,
 )
+from tuner.server.failures import StartupFailed
 from tuner.server.reaper import group_members, port_free
 from tuner.testing import ServerPool
 

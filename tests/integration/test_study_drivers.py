@@ -23,7 +23,7 @@ from optuna.trial import TrialState
 from tests.integration.conftest import fake_preset
 from tuner.attrs import Role, TrialAttr
 from tuner.storage import Store
-from tuner.study.roles import counts_toward_budget
+from tuner.study.search.roles import counts_toward_budget
 
 pytestmark = [pytest.mark.ray, pytest.mark.postgres]
 

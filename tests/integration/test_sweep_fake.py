@@ -19,10 +19,10 @@ from typer.testing import CliRunner
 
 from tests.integration.conftest import fake_preset
 from tuner.cli import app
-from tuner.results.load import SWEEP_ATTR, LoadSweep
+from tuner.results.load_sweep import SWEEP_ATTR, LoadSweep
 from tuner.storage import Store, normalize_url
 from tuner.study.space import Preset
-from tuner.study.sweep import SWEEP_TABLE_SUFFIX, SweepOptions, run_sweep
+from tuner.study.stages.load_sweep import SWEEP_TABLE_SUFFIX, SweepOptions, run_sweep
 
 PRESET = fake_preset(
     {"FAKE_VLLM_STARTUP_S": "0.2", "FAKE_VLLM_TOKEN_DELAY_S": "0.002"},

@@ -13,10 +13,10 @@ import pytest
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import create_trial
 
-from tuner.results.load import SWEEP_ATTR, LoadSweep, load_table_rows
+from tuner.results.load_sweep import SWEEP_ATTR, LoadSweep, load_table_rows
 from tuner.storage import Store, normalize_url
 from tuner.study.space import load_preset
-from tuner.study.sweep import SWEEP_TABLE_SUFFIX, SweepOptions, run_sweep
+from tuner.study.stages.load_sweep import SWEEP_TABLE_SUFFIX, SweepOptions, run_sweep
 from tuner.testing import ServerPool
 
 pytestmark = pytest.mark.vllm

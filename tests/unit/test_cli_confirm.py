@@ -9,8 +9,8 @@ import yaml
 
 from tuner.cli import main
 from tuner.errors import ConfigError
-from tuner.study.confirm import ConfirmPlan, parse_confirm
 from tuner.study.space import load_preset
+from tuner.study.stages.confirm import ConfirmPlan, parse_confirm
 from tuner.testing.sample import write_sample_study
 
 
@@ -59,8 +59,8 @@ def test_a_study_with_only_its_baseline_queues_no_confirmation_run(tmp_path: Pat
 
     from tuner.attrs import StudyAttr, TrialAttr
     from tuner.study import OptimizeOptions
-    from tuner.study.confirm import confirm_study
     from tuner.study.space import load_preset
+    from tuner.study.stages.confirm import confirm_study
 
     url = f"sqlite:///{tmp_path / 'study.db'}"
     preset = load_preset(model="smollm2-135m", gpu="cpu")

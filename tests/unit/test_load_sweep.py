@@ -15,7 +15,7 @@ from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import create_trial
 
 from tuner.errors import StudyError
-from tuner.results.load import (
+from tuner.results.load_sweep import (
     SWEEP_ATTR,
     LoadPoint,
     LoadSweep,
@@ -27,8 +27,8 @@ from tuner.results.load import (
     sweep_from_attrs,
     winner_at,
 )
-from tuner.results.load_plot import sweep_png
-from tuner.study.sweep import choose_finalists
+from tuner.results.load_sweep_plot import sweep_png
+from tuner.study.stages.load_sweep import choose_finalists
 
 TASKS = 6
 
@@ -235,9 +235,9 @@ def test_no_baseline_no_sweep() -> None:
 
 
 def test_the_report_carries_the_sweep() -> None:
-    from tuner.results.loading import StudyResults
     from tuner.results.plots import render_plots
     from tuner.results.report import report_tables, summary_lines
+    from tuner.results.study_reader import StudyResults
 
     results = StudyResults("s", "sqlite:///x", "m", "cpu", (), "replay", sweep(BASE, NGRAM3))
     table = report_tables(results)[-1]
@@ -254,7 +254,7 @@ def test_the_report_carries_the_sweep() -> None:
 
 def test_a_schedule_runs_on_its_host_server_with_its_top_depth() -> None:
     from tuner.study.space import load_preset
-    from tuner.study.sweep import _spec, schedule_finalist
+    from tuner.study.stages.load_sweep import _spec, schedule_finalist
 
     derived = schedule_finalist(sweep(BASE, NGRAM3, NGRAM1))
     assert derived is not None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tuner.study.sizing import MIN_SCORED_S, size_workload
+from tuner.study.preflight.sizing import MIN_SCORED_S, size_workload
 from tuner.study.space import Preset, load_preset
 
 

@@ -26,7 +26,7 @@ from tuner.testing.fake_vllm import (
     NEAR_TIE_POSITION,
 )
 from tuner.workload import WorkloadSettings
-from tuner.workload.probe import PROBE_PROMPTS, ProbeResult, run_probe_sync
+from tuner.workload.correctness_probe import PROBE_PROMPTS, ProbeResult, run_probe_sync
 
 FAKE = LaunchCommand((sys.executable, "-m", "tuner.testing.fake_vllm"))
 NGRAM = SpeculativeSpec(

@@ -18,7 +18,7 @@ sys.path.insert(0, str(BENCH))
 
 import record_grid  # noqa: E402
 
-from tuner.study.sampling import enumerate_space  # noqa: E402
+from tuner.study.search.sampling import enumerate_space  # noqa: E402
 
 
 def test_the_large_grid_has_48_configs_and_4_noise_configs_run_3_times() -> None:
@@ -73,11 +73,11 @@ def test_the_replay_reads_a_large_grid_file_and_its_finished_half_alone() -> Non
     import json
     import random
 
-    from _replay import GridTable
-    from _replay_backend import ReplayBackend
+    from _grid_replay import GridTable
+    from _grid_replay_backend import GridReplayBackend
 
-    from tuner.study.driver import request_factory
-    from tuner.study.loop import LoopSettings, StudyLoop
+    from tuner.study.search.driver import request_factory
+    from tuner.study.search.loop import LoopSettings, StudyLoop
 
     grid_plan = record_grid.PLANS["large"]
     preset = grid_plan.preset()
@@ -90,7 +90,7 @@ def test_the_replay_reads_a_large_grid_file_and_its_finished_half_alone() -> Non
         data["runs"].append(run)
     table = GridTable(copy.deepcopy(data))
     assert not table.partial and len(table.configs) == 52 and not table.missing()
-    backend = ReplayBackend(table, 1, random.Random(1))
+    backend = GridReplayBackend(table, 1, random.Random(1))
     study = optuna.create_study(direction="maximize")
     make = request_factory(table.preset, model_path="recorded", cache_dir=Path("."))
     StudyLoop(study, table.preset, backend, make, LoopSettings(n_trials=8, seed=1)).run()

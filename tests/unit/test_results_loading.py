@@ -9,7 +9,7 @@ import pytest
 
 from tuner.errors import StorageError, StudyError
 from tuner.results import ReuseCounts, load_results
-from tuner.results.loading import describe_config
+from tuner.results.study_reader import describe_config
 from tuner.testing.sample import write_sample_study
 
 

@@ -16,7 +16,7 @@ import yaml
 from tuner.results import FORMATS, choose_export, load_results, render_export, write_report
 from tuner.results.dashboard import study_note
 from tuner.results.plots import history_series, kv_cache_series, tasks_per_hour_series
-from tuner.study.progress import workload_line
+from tuner.study.search.progress import workload_line
 from tuner.study.space import load_preset
 from tuner.testing.sample import SampleScore, write_sample_study
 

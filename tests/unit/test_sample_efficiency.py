@@ -19,12 +19,13 @@ BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCH))
 
 import record_grid  # noqa: E402
-from _replay import DATA, GridTable, closed_loop, config_key  # noqa: E402
-from _replay_backend import ReplayBackend  # noqa: E402
+from _grid_replay import DATA, GridTable, closed_loop  # noqa: E402
+from _grid_replay_backend import GridReplayBackend  # noqa: E402
 
-from tuner.study.driver import request_factory  # noqa: E402
-from tuner.study.loop import LoopSettings, StudyLoop  # noqa: E402
-from tuner.study.sampling import enumerate_space  # noqa: E402
+from tuner.study.search.driver import request_factory  # noqa: E402
+from tuner.study.search.loop import LoopSettings, StudyLoop  # noqa: E402
+from tuner.study.search.sampling import enumerate_space  # noqa: E402
+from tuner.study.space import config_key  # noqa: E402
 
 RECORDED = json.loads(DATA.read_text())
 OK_RUNS = [r for r in RECORDED["runs"] if r["failure_kind"] is None and r.get("tasks")]
@@ -100,7 +101,7 @@ def test_without_repeats_a_replay_resamples_the_recorded_tasks() -> None:
 
 def test_a_stopped_trial_costs_what_it_ran_and_reports_finished_tasks_only() -> None:
     table = _complete_table()
-    backend = ReplayBackend(table, 1, random.Random(3))
+    backend = GridReplayBackend(table, 1, random.Random(3))
     study = optuna.create_study(direction="maximize")
     trial = study.ask()
     params = table.configs[table.order[0]].params
@@ -129,7 +130,7 @@ def test_a_stopped_trial_costs_what_it_ran_and_reports_finished_tasks_only() -> 
 def test_the_real_loop_runs_a_replayed_study_within_its_time() -> None:
     table = _complete_table()
     cost = table.grid_cost_s()
-    backend = ReplayBackend(table, 2, random.Random(5))
+    backend = GridReplayBackend(table, 2, random.Random(5))
     study = optuna.create_study(direction="maximize")
     make = request_factory(table.preset, model_path="recorded", cache_dir=Path("."))
     settings = LoopSettings(n_trials=len(table.configs), seed=5, timeout_s=0.25 * cost / 2)
@@ -149,7 +150,7 @@ def test_a_config_that_could_not_start_replays_as_recorded() -> None:
         failed.pop(key, None)
     failed.update(failure_kind="no_kv_cache_memory", infeasible=True, wall_s=42.0)
     table = GridTable(data)
-    backend = ReplayBackend(table, 1, random.Random(0))
+    backend = GridReplayBackend(table, 1, random.Random(0))
     study = optuna.create_study(direction="maximize")
     trial = study.ask()
     make = request_factory(table.preset, model_path="recorded", cache_dir=Path("."))

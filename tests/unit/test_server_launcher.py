@@ -15,8 +15,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tuner.errors import ServerError, StartupFailed
+from tuner.errors import ServerError
 from tuner.server import FailureKind, Launcher, ServerHandle, ServerSpec, free_port
+from tuner.server.failures import StartupFailed
 from tuner.server.reaper import group_members, port_free
 from tuner.settings import LaunchCommand
 

@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from tuner.study.driver import OptimizeOptions, open_study, reduce_space
-from tuner.study.sampling import config_key, enumerate_space
-from tuner.study.sizing import (
+from tuner.study.preflight.sizing import (
     in_flight,
     kv_bytes_per_token,
     read_model_config,
     workload_reductions,
 )
-from tuner.study.space import Preset, load_preset
+from tuner.study.search.driver import OptimizeOptions, open_study, reduce_space
+from tuner.study.search.sampling import enumerate_space
+from tuner.study.space import Preset, config_key, load_preset
 
 GRID = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "grid-smollm2-135m-cpu.json"
 
@@ -143,7 +143,7 @@ def test_tuner_optimize_passes_full_space_through(
     monkeypatch.setattr(study_pkg, "optimize", capture)
     # --ray-address: the command joins a cluster instead of starting Ray (never reached; its
     # cheap reachability check is skipped here, the options are what is checked).
-    from tuner.study import driver
+    from tuner.study.search import driver
 
     monkeypatch.setattr(driver, "_check_ray_address", lambda _address: None)
     base = ["optimize", "--model", "smollm2-135m", "--gpu", "cpu", "--ray-address",

@@ -7,7 +7,7 @@ import io
 from rich.console import Console
 
 from tuner.results.configs import describe_config_short
-from tuner.study.display import SlotView, StudyDisplay
+from tuner.study.search.display import SlotView, StudyDisplay
 
 
 def test_describe_params_names_every_knob() -> None:

@@ -11,13 +11,12 @@ from typing import Any, ClassVar
 
 import pytest
 
-from tuner.errors import StartupFailed
 from tuner.server import FailureKind
-from tuner.server.failures import StartupFailure
-from tuner.study import evaluate as evaluate_module
-from tuner.study.evaluate import TrialRequest, evaluate
-from tuner.study.recording import measurement_attrs
+from tuner.server.failures import StartupFailed, StartupFailure
+from tuner.study.search.recording import measurement_attrs
 from tuner.study.space import load_preset
+from tuner.study.trial import evaluate as evaluate_module
+from tuner.study.trial.evaluate import TrialRequest, evaluate
 
 
 class _MambaLauncher:

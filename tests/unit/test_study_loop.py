@@ -15,11 +15,11 @@ import pytest
 from optuna.trial import TrialState
 
 from tuner.attrs import TrialAttr
-from tuner.study.driver import request_factory
-from tuner.study.loop import LoopOutcome, LoopSettings, StudyLoop
-from tuner.study.roles import counts_toward_budget, enqueue_run, role_of
-from tuner.study.sampling import config_key, enumerate_space
-from tuner.study.space import Preset, load_preset
+from tuner.study.search.driver import request_factory
+from tuner.study.search.loop import LoopOutcome, LoopSettings, StudyLoop
+from tuner.study.search.roles import counts_toward_budget, enqueue_run, role_of
+from tuner.study.search.sampling import enumerate_space
+from tuner.study.space import Preset, config_key, load_preset
 from tuner.testing.scripted_backend import ScriptedBackend, ScriptedRun
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -114,7 +114,7 @@ def test_resumed_runs_continue_reproducibly_and_never_repeat(preset: Preset) -> 
 
 def test_extra_roles_never_reach_the_sampler(preset: Preset) -> None:
     """A control with a terrible value on the baseline's params changes no suggestion."""
-    from tuner.study.sampling import propose
+    from tuner.study.search.sampling import propose
 
     def rate(params: dict[str, Any]) -> ScriptedRun:
         return ScriptedRun(tasks_per_hour=50.0 + 10 * params.get("num_speculative_tokens", 0))
@@ -224,7 +224,7 @@ def test_infeasible_configs_count_and_carry_a_positive_constraint(preset: Preset
 
 
 def test_the_run_ends_with_one_line_saying_why_it_stopped_short(preset: Preset) -> None:
-    from tuner.study.driver import _summary
+    from tuner.study.search.driver import _summary
 
     small = preset.model_copy(
         update={"space": preset.space.model_copy(update={"methods": ("none",)})}

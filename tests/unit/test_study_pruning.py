@@ -10,9 +10,9 @@ import pytest
 from optuna.trial import TrialState
 
 from tuner.attrs import TrialAttr
-from tuner.study.driver import request_factory
-from tuner.study.loop import LoopSettings, StudyLoop
-from tuner.study.pruning import PruneRule, RunningRate, poisson_upper
+from tuner.study.search.driver import request_factory
+from tuner.study.search.loop import LoopSettings, StudyLoop
+from tuner.study.search.pruning import PruneRule, RunningRate, poisson_upper
 from tuner.study.space import load_preset
 from tuner.testing.scripted_backend import ScriptedBackend, ScriptedRun
 

@@ -19,8 +19,14 @@ from optuna.trial import TrialState
 from tuner.attrs import StudyAttr, TrialAttr
 from tuner.records import ServerStartRecord
 from tuner.storage import Store, TrialMeasurements
-from tuner.study import resume
-from tuner.study.resume import ask, budget_target, ensure_baseline, heartbeat_storage, recover
+from tuner.study.search import resume
+from tuner.study.search.resume import (
+    ask,
+    budget_target,
+    ensure_baseline,
+    heartbeat_storage,
+    recover,
+)
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

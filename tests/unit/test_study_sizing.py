@@ -8,7 +8,7 @@ import random
 import pytest
 
 from tuner.errors import ConfigError
-from tuner.study.sizing import (
+from tuner.study.preflight.sizing import (
     MIN_SCORED_S,
     check_sizing,
     mean_tool_latency_s,

@@ -22,7 +22,7 @@ from rich.console import Console
 
 from tuner import __version__
 
-__all__ = ["StorageOption", "app", "console", "console_err", "run"]
+__all__ = ["CacheDirOption", "StorageOption", "app", "console", "console_err", "run"]
 
 app = typer.Typer(
     name="tuner",
@@ -59,6 +59,13 @@ StorageOption = Annotated[
         help="Database URL (sqlite:///path or postgresql://...). "
         "Default: ~/.local/share/tuner/tuner.db",
     ),
+]
+
+# The commands that start servers share one --cache-dir (`tuner models prepare` has its own
+# help text).
+CacheDirOption = Annotated[
+    Path | None,
+    typer.Option("--cache-dir", envvar="TUNER_CACHE_DIR", help="Cache directory."),
 ]
 
 

@@ -35,7 +35,7 @@ def pick_study(storage: str | None, study: str | None) -> str:
         StudyError: no such study, an empty storage, or several and none named.
     """
     # Imported here: Optuna's storage costs a second that `tuner --help` need not pay.
-    from tuner.results.loading import open_optuna_storage, resolve_study_name
+    from tuner.results.study_reader import open_optuna_storage, resolve_study_name
 
     url = storage_url(storage)
     optuna_storage = open_optuna_storage(url)
@@ -49,7 +49,7 @@ def pick_study(storage: str | None, study: str | None) -> str:
 
 def study_names(storage: str | None) -> list[str]:
     """The names of the studies in `storage`, sorted."""
-    from tuner.results.loading import open_optuna_storage
+    from tuner.results.study_reader import open_optuna_storage
 
     optuna_storage = open_optuna_storage(storage_url(storage))
     try:

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
-from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.table import Table
 
-from tuner.cli._app import StorageOption, app, console
+from tuner.cli._app import CacheDirOption, StorageOption, app, console
 from tuner.cli._checks import cache_dir as checked_cache
 from tuner.cli._checks import storage_url as checked_storage
 from tuner.cli._study import StudyOption, pick_study
@@ -27,9 +26,7 @@ def explain_cmd(
         int | None, typer.Option("--trial", help="Speculative trial (default: the best one).")
     ] = None,
     storage: StorageOption = None,
-    cache_dir: Annotated[
-        Path | None, typer.Option("--cache-dir", envvar="TUNER_CACHE_DIR", help="Cache directory.")
-    ] = None,
+    cache_dir: CacheDirOption = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the table and attribution as JSON.")
     ] = False,
@@ -38,7 +35,7 @@ def explain_cmd(
     url = checked_storage(storage, must_exist=True)  # before Ray or a server
     cache = checked_cache(cache_dir)
     from tuner.study import OptimizeOptions
-    from tuner.study.explain import explain
+    from tuner.study.stages.controls import explain
 
     options = OptimizeOptions(
         storage_url=url,

@@ -5,11 +5,8 @@
 
 from __future__ import annotations
 
-import logging
-import os
 import shutil
 import sys
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -19,7 +16,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from tuner.cli._app import StorageOption, app, console
+from tuner.cli._app import CacheDirOption, StorageOption, app, console
 from tuner.cli._checks import cache_dir as checked_cache
 from tuner.cli._checks import storage_url as checked_storage
 from tuner.cli._study import StudyOption, pick_study
@@ -29,6 +26,7 @@ _CONFIRM_HELP = (
     "interleaved, fresh server starts; 0 skips it. Default: the preset's confirm, else 2,2 "
     "(1,2 on CPU presets)."
 )
+ConfirmOption = Annotated[str | None, typer.Option("--confirm", help=_CONFIRM_HELP)]
 
 
 @app.command("optimize")
@@ -58,10 +56,8 @@ def optimize_cmd(
         int | None, typer.Option("--tasks", min=1, help="Override the preset's scored task count.")
     ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Sampler seed.")] = 0,
-    cache_dir: Annotated[
-        Path | None, typer.Option("--cache-dir", envvar="TUNER_CACHE_DIR", help="Cache directory.")
-    ] = None,
-    confirm: Annotated[str | None, typer.Option("--confirm", help=_CONFIRM_HELP)] = None,
+    cache_dir: CacheDirOption = None,
+    confirm: ConfirmOption = None,
     also_try: Annotated[
         str | None,
         typer.Option(
@@ -71,13 +67,14 @@ def optimize_cmd(
         ),
     ] = None,
     screening: Annotated[
-        bool,
+        bool | None,
         typer.Option(
-            "--screening",
+            "--screening/--no-screening",
             help="Stop a candidate after 1/4 or 1/2 of its tasks when it cannot beat the best "
-            "so far (off by default: docs/decisions.md).",
+            "so far. Default: the preset's `screening` (on where the recorded grid shows it "
+            "pays: docs/decisions.md).",
         ),
-    ] = False,
+    ] = None,
     full_space: Annotated[
         bool,
         typer.Option(
@@ -94,9 +91,8 @@ def optimize_cmd(
     # Imported here: Ray and vLLM-side modules cost seconds, which other commands need not pay.
     from tuner.results.configs import describe_config_short
     from tuner.results.words import tph_label
-    from tuner.study import OptimizeOptions, load_preset, optimize
-    from tuner.study.confirm import ConfirmPlan, parse_confirm
-    from tuner.study.progress import estimate_line, workload_line
+    from tuner.study import load_preset, optimize
+    from tuner.study.stages.confirm import ConfirmPlan, parse_confirm
 
     preset = load_preset(model=model, gpu=gpu, space=space)
     # --confirm, else the preset's `confirm`, else the hardware's default; fails before any start
@@ -114,10 +110,10 @@ def optimize_cmd(
         preset = preset.model_copy(
             update={"workload": preset.workload.model_copy(update=overrides)}
         )
-    options = OptimizeOptions(
-        storage_url=url,
-        cache_dir=cache,
-        study_name=study,
+    options = _options(
+        url,
+        cache,
+        study,
         n_trials=n_trials,
         timeout_s=timeout,
         ray_address=ray_address,
@@ -125,18 +121,15 @@ def optimize_cmd(
         also_try_baseline=also_try == "baseline",
         screening=screening,
         full_space=full_space,
-        **_progress_options(),
     )
     if ray_address:  # a socket connect: one line within seconds, before anything is printed
-        from tuner.study.driver import _check_ray_address
+        from tuner.study.search.driver import _check_ray_address
 
         _check_ray_address(ray_address)
     from tuner.storage import masked
 
     console.print(f"study {options.study_name or preset.study_name} on {masked(url)}")
-    if options.progress is not None:
-        options.progress.say(workload_line(preset))
-        options.progress.say(estimate_line(preset, n_trials, _confirm_runs(plan)))
+    _announce(options, preset, n_trials, plan)
     # One local Ray for the search and the confirmation stage: each would otherwise start and
     # stop its own in this process. In one CPU run, the confirmation's first run was
     # interrupted just after the search's Ray had shut down (the next run resumed it).
@@ -172,7 +165,7 @@ def optimize_cmd(
 
 
 def _confirm_and_print(options: Any, plan: Any) -> None:
-    from tuner.study.confirm import confirm_study
+    from tuner.study.stages.confirm import confirm_study
 
     if plan.enabled:
         console.print(
@@ -229,18 +222,38 @@ def _publish(url: str, study: str) -> None:
     )
 
 
+def _announce(options: Any, preset: Any, n_trials: int, plan: Any) -> None:
+    """The workload and the time estimate, as plain progress lines (none on a terminal)."""
+    from tuner.study.search.progress import estimate_line, workload_line
+
+    if options.progress is not None:
+        options.progress.say(workload_line(preset))
+        options.progress.say(estimate_line(preset, n_trials, _confirm_runs(plan)))
+
+
 def _confirm_runs(plan: Any) -> int:
     """Server runs the confirmation stage plans: the top K and the baseline, R rounds each."""
     return (plan.k + 1) * plan.rounds if plan.enabled else 0
 
 
-def _progress_options() -> dict[str, Any]:
-    """The live table on a terminal; one plain flushed line per event anywhere else."""
-    from tuner.study.progress import ProgressLines
+def _options(url: str, cache: Path, study: str | None, **search: Any) -> Any:
+    """The study's OptimizeOptions, with its progress: the live table on a terminal, one plain
+    flushed line per event anywhere else."""
+    from tuner.study import OptimizeOptions
+    from tuner.study.search.progress import ProgressLines
 
     if sys.stdout.isatty() and sys.stderr.isatty():
-        return {"show_progress": True, "progress": None}
-    return {"show_progress": False, "progress": ProgressLines()}
+        show_progress, progress = True, None
+    else:
+        show_progress, progress = False, ProgressLines()
+    return OptimizeOptions(
+        storage_url=url,
+        cache_dir=cache,
+        study_name=study,
+        show_progress=show_progress,
+        progress=progress,
+        **search,
+    )
 
 
 def _num(value: float | None) -> str:
@@ -251,32 +264,22 @@ def _num(value: float | None) -> str:
 def confirm_cmd(
     study: StudyOption = None,
     storage: StorageOption = None,
-    confirm: Annotated[str | None, typer.Option("--confirm", help=_CONFIRM_HELP)] = None,
-    cache_dir: Annotated[
-        Path | None, typer.Option("--cache-dir", envvar="TUNER_CACHE_DIR", help="Cache directory.")
-    ] = None,
+    confirm: ConfirmOption = None,
+    cache_dir: CacheDirOption = None,
 ) -> None:
     """Re-run a finished study's top candidates and baseline, interleaved; export decides on it."""
     url = checked_storage(storage, must_exist=True)
     cache = checked_cache(cache_dir)
-    from tuner.study import OptimizeOptions
-    from tuner.study.confirm import DEFAULT_CONFIRM, ConfirmPlan, parse_confirm
-    from tuner.study.progress import estimate_line, workload_line
+    from tuner.study.stages.confirm import DEFAULT_CONFIRM, ConfirmPlan, parse_confirm
 
     plan = parse_confirm(confirm) if confirm else None
     study = pick_study(url, study)
     stored = _stored_preset(url, study)  # no such study: one line, before anything is printed
     if plan is None:
         plan = ConfirmPlan.for_preset(stored) if stored is not None else DEFAULT_CONFIRM
-    options = OptimizeOptions(
-        storage_url=url,
-        cache_dir=cache,
-        study_name=study,
-        **_progress_options(),
-    )
-    if options.progress is not None and stored is not None and plan.enabled:
-        options.progress.say(workload_line(stored))
-        options.progress.say(estimate_line(stored, 0, _confirm_runs(plan)))
+    options = _options(url, cache, study)
+    if stored is not None and plan.enabled:
+        _announce(options, stored, 0, plan)
     _confirm_and_print(options, plan)
     _publish(options.storage_url, study)
     console.print("next: tuner export (decides on the confirmation rounds), tuner report")
@@ -289,7 +292,7 @@ def _stored_preset(url: str, study: str) -> Any:
 
     from tuner.attrs import StudyAttr
     from tuner.errors import StudyError
-    from tuner.results.loading import open_optuna_storage
+    from tuner.results.study_reader import open_optuna_storage
     from tuner.storage import masked
     from tuner.study.space import Preset
 
@@ -308,18 +311,13 @@ def _one_ray(address: str | None) -> Iterator[None]:
     """A local Ray instance for the whole command (the driver joins it; none when joining one)."""
     import ray
 
-    if address or ray.is_initialized():
+    from tuner.study.search.driver import _start_ray
+
+    # The driver's own start of a local instance: its private temp dir, None if one runs already.
+    tmp = None if address else _start_ray(None)
+    if tmp is None:
         yield
         return
-    tmp = Path(tempfile.mkdtemp(prefix="tuner-ray-", dir="/tmp" if Path("/tmp").is_dir() else None))  # noqa: S108
-    ray.init(
-        address="local",
-        num_cpus=os.cpu_count() or 1,
-        include_dashboard=False,
-        log_to_driver=False,
-        logging_level=logging.WARNING,
-        _temp_dir=str(tmp),  # short and private: Ray's socket paths stay under 107 bytes
-    )
     try:
         yield
     finally:

@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from tuner.cli._app import StorageOption, app, console, console_err
+from tuner.cli._app import CacheDirOption, StorageOption, app, console, console_err
 from tuner.cli._checks import cache_dir as checked_cache
 from tuner.cli._checks import storage_url as checked_storage
 from tuner.cli._checks import writable_dir
@@ -91,16 +91,14 @@ def sweep_cmd(
         Path | None, typer.Option("--out", help="Write load-sweep.png and load-sweep.json here.")
     ] = None,
     storage: StorageOption = None,
-    cache_dir: Annotated[
-        Path | None, typer.Option("--cache-dir", envvar="TUNER_CACHE_DIR", help="Cache directory.")
-    ] = None,
+    cache_dir: CacheDirOption = None,
 ) -> None:
     """Tasks/h and per-task latency of the finalists against the number of agents."""
     url = checked_storage(storage, must_exist=True)  # before Ray or a server
     cache = checked_cache(cache_dir)
     if out is not None:
         writable_dir(out, "output directory", "--out")
-    from tuner.study.sweep import SweepOptions, run_sweep
+    from tuner.study.stages.load_sweep import SweepOptions, run_sweep
 
     options = SweepOptions(
         storage_url=url,
@@ -113,14 +111,10 @@ def sweep_cmd(
         schedule=schedule,
         schedule_given=parse_schedule(schedule_given),
     )
-
-    def progress(line: str) -> None:
-        console_err.print(line, markup=False, highlight=False, soft_wrap=True)
-
-    sweep = run_sweep(options, on_state=progress)
+    sweep = run_sweep(options, on_state=_progress)
     print_sweep(sweep)
     if out is not None:
-        from tuner.results.load_plot import sweep_png
+        from tuner.results.load_sweep_plot import sweep_png
 
         out.mkdir(parents=True, exist_ok=True)
         (out / "load-sweep.json").write_text(json.dumps(sweep.to_json(), indent=1) + "\n")
@@ -132,25 +126,23 @@ def sweep_after_optimize(
     storage_url: str, cache_dir: Path, study_name: str, agents: tuple[int, ...]
 ) -> None:
     """The sweep `tuner optimize` runs at its end when the preset sets `load_sweep`."""
-    from tuner.study.sweep import SweepOptions, run_sweep
+    from tuner.study.stages.load_sweep import SweepOptions, run_sweep
 
     console.print(f"load sweep of the finalists at {', '.join(map(str, agents))} agents")
     options = SweepOptions(
         storage_url=storage_url, cache_dir=cache_dir, study_name=study_name, agents=agents
     )
-    print_sweep(
-        run_sweep(
-            options,
-            on_state=lambda line: console_err.print(
-                line, markup=False, highlight=False, soft_wrap=True
-            ),
-        )
-    )
+    print_sweep(run_sweep(options, on_state=_progress))
+
+
+def _progress(line: str) -> None:
+    """One state line of the sweep, on stderr as it is."""
+    console_err.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 def print_sweep(sweep: object) -> None:
     """The sweep table, the crossover, the answer per load and the schedule's command."""
-    from tuner.results.load import LoadSweep, load_lines, load_table_rows
+    from tuner.results.load_sweep import LoadSweep, load_lines, load_table_rows
 
     assert isinstance(sweep, LoadSweep)
     columns, rows = load_table_rows(sweep)

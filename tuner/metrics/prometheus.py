@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from tuner.records import acceptance_rate, mean_acceptance_length
+from tuner.records import ServerCounters
 
 __all__ = [
     "MetricsSnapshot",
@@ -94,44 +94,6 @@ async def scrape_metrics(client: httpx.AsyncClient, base_url: str) -> MetricsSna
     if response.status_code != 200:
         return None
     return parse_metrics(response.text)
-
-
-@dataclass(frozen=True)
-class ServerCounters:
-    """Counter deltas over the scored window (None: the server does not export it)."""
-
-    prefix_cache_queries: int | None = None
-    prefix_cache_hits: int | None = None
-    spec_drafts: int | None = None
-    spec_draft_tokens: int | None = None
-    spec_accepted_tokens: int | None = None
-    spec_accepted_per_pos: tuple[int, ...] | None = None
-    preemptions: int | None = None
-    prompt_tokens: int | None = None
-    generation_tokens: int | None = None
-
-    @property
-    def prefix_cache_hit_ratio(self) -> float | None:
-        """Prefix-cache hit tokens / queried tokens over the window.
-
-        With prefix caching off vLLM exports both counters but never queries the cache: prompt
-        tokens were served and none came from a cache, so the ratio is 0.0 (measured).
-        """
-        if self.prefix_cache_hits is None or self.prefix_cache_queries is None:
-            return None
-        if self.prefix_cache_queries > 0:
-            return self.prefix_cache_hits / self.prefix_cache_queries
-        return 0.0 if self.prompt_tokens else None
-
-    @property
-    def acceptance_rate(self) -> float | None:
-        """Accepted / proposed draft tokens."""
-        return acceptance_rate(self.spec_draft_tokens, self.spec_accepted_tokens)
-
-    @property
-    def mean_acceptance_length(self) -> float | None:
-        """1 + accepted tokens per draft (vLLM's definition)."""
-        return mean_acceptance_length(self.spec_drafts, self.spec_accepted_tokens)
 
 
 def _delta(before: MetricsSnapshot, after: MetricsSnapshot, name: str) -> int | None:

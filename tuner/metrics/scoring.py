@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tuner.records import TaskRecord
+from tuner.records import Score, TaskRecord
 
 __all__ = [
     "DEFAULT_NOISE",
@@ -127,34 +127,6 @@ def makespan(durations: Sequence[float], agents: int = 1) -> float:
     for d in durations:
         heapq.heappush(free, heapq.heappop(free) + d)
     return max(free)
-
-
-@dataclass(frozen=True)
-class Score:
-    """What the scoring computes from the scored tasks of one run (None: not measured)."""
-
-    tasks: int
-    successes: int
-    scored_wall_s: float
-    tasks_per_hour: float
-    tasks_per_hour_low: float
-    tasks_per_hour_high: float
-    success_rate: float
-    success_rate_low: float
-    success_rate_high: float
-    ttft_p50: float | None = None
-    ttft_p90: float | None = None
-    ttft_p99: float | None = None
-    tpot_p50: float | None = None
-    tpot_p90: float | None = None
-    tpot_p99: float | None = None
-    itl_p50: float | None = None
-    itl_p90: float | None = None
-    itl_p99: float | None = None
-    output_tokens_per_s: float | None = None
-    energy_joules: float | None = None
-    joules_per_task: float | None = None
-    joules_per_token: float | None = None
 
 
 def score_tasks(

@@ -7,7 +7,8 @@ tables, plots and a self-contained HTML page.
 
 from tuner.results.export import FORMATS, ExportChoice, choose_export, render_export, serve_argv
 from tuner.results.files import ReportFiles, write_report
-from tuner.results.loading import (
+from tuner.results.report import ReportTable, report_tables
+from tuner.results.study_reader import (
     ReuseCounts,
     StudyResults,
     TrialRow,
@@ -15,7 +16,6 @@ from tuner.results.loading import (
     open_optuna_storage,
     resolve_study_name,
 )
-from tuner.results.report import ReportTable, report_tables
 
 __all__ = [
     "FORMATS",

@@ -1,7 +1,7 @@
 """How much of a candidate's loss against the baseline its smaller KV cache explains.
 
 Pure arithmetic on measured tasks/h (and full-prompt reuse shares): `tuner explain`
-(`tuner.study.explain`) states it after running its controls, and `tuner report` restates it
+(`tuner.study.stages.controls`) states it after running its controls, and `tuner report` restates it
 from the stored trials.
 """
 

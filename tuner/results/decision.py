@@ -15,8 +15,9 @@ differed by 34% (docs/decisions.md, the A/A study).
 
 Correctness comes from the greedy probe against the floor of two baseline starts and, in live
 mode, from the success rate against the baseline's, paired by task id within rounds (McNemar on
-the discordant tasks, `tuner.metrics.paired_success_drop`). The export rule
-(`tuner.results.export.choose_export`) corrects the speed tests for how many configs it judged.
+the discordant tasks, `tuner.metrics.paired_success_drop`).
+
+The export rule that turns verdicts into a choice is `tuner.results.export_rule.export_winner`.
 """
 
 from __future__ import annotations
@@ -35,9 +36,14 @@ from tuner.metrics import (
     paired_success_drop,
 )
 from tuner.metrics.scoring import noise_for_study
-from tuner.results.loading import StudyResults, TrialRow
+from tuner.results.study_reader import StudyResults, TrialRow
 
-__all__ = ["SUCCESS_DROP_ALPHA", "Verdict", "judge_study", "study_noise"]
+__all__ = [
+    "SUCCESS_DROP_ALPHA",
+    "Verdict",
+    "judge_study",
+    "study_noise",
+]
 
 SUCCESS_DROP_ALPHA: Final = 0.05
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tuner.results.loading import TrialRow
+from tuner.results.study_reader import TrialRow
 
 __all__ = ["FLAG", "for_the_emulated_card"]
 

@@ -20,9 +20,9 @@ import yaml
 from pydantic import ValidationError
 
 from tuner.errors import ConfigError, StudyError, first_error
-from tuner.metrics import holm
 from tuner.results.decision import Verdict, judge_study
 from tuner.results.emulated import for_the_emulated_card
+from tuner.results.export_rule import export_winner
 from tuner.results.formats import (
     DEFAULT_IMAGE,
     IMAGE_ENTRYPOINT,
@@ -34,7 +34,7 @@ from tuner.results.formats import (
     systemd_quote,
     systemd_unit,
 )
-from tuner.results.loading import StudyResults, TrialRow
+from tuner.results.study_reader import StudyResults, TrialRow
 from tuner.results.words import done_word, mode_line, tph_key, tph_label
 from tuner.server.spec import ServerSpec
 
@@ -109,10 +109,6 @@ def _evidence(v: Verdict) -> str:
     return f"{text}; {problems}" if problems else text
 
 
-# One-sided family-wise error of "beats the baseline" over the configs judged (Holm).
-WIN_ALPHA: Final = 0.025
-
-
 def choose_export(results: StudyResults) -> ExportChoice:
     """Pick the trial to export from a study.
 
@@ -154,15 +150,11 @@ def choose_export(results: StudyResults) -> ExportChoice:
         )
         top = top_v.trial
         best = top if (top_v.estimate or 0.0) > base_estimate else base
-    p_values = {
-        n: (
-            v.paired.p_value
-            if v.paired is not None and not v.changes_outputs and not v.unreliable
-            else 1.0
-        )
-        for n, v in pool.items()
+    tests = {
+        n: (v.paired if not v.changes_outputs and not v.unreliable else None)
+        for n, v in sorted(pool.items())
     }
-    winners = holm(p_values, WIN_ALPHA) if base is not None else set()
+    winner = export_winner(tests) if base is not None else None
     label = "" if confirmed_mode else "unconfirmed: "
 
     def choice(trial: TrialRow, reason: str) -> ExportChoice:
@@ -185,11 +177,8 @@ def choose_export(results: StudyResults) -> ExportChoice:
         return choice(
             best, f"no baseline was measured, so trial #{best.number} is exported unchallenged"
         )
-    if winners:
-        win = max(
-            (pool[n] for n in winners),
-            key=lambda v: (v.paired.ratio if v.paired else 0.0, -v.trial.number),
-        )
+    if winner is not None:
+        win = pool[winner]
         assert win.paired is not None
         m = len(pool)
         reason = (

@@ -10,8 +10,8 @@ import base64
 from collections.abc import Mapping
 from html import escape
 
-from tuner.results.loading import StudyResults
 from tuner.results.report import TEXT_COLUMNS, ReportTable, report_tables, summary_lines
+from tuner.results.study_reader import StudyResults
 
 __all__ = ["render_html"]
 

@@ -18,8 +18,8 @@ from tuner.metrics.drift import detect_trend, first_round_gap
 from tuner.results.attribution import attribute
 from tuner.results.decision import Verdict, judge_study
 from tuner.results.export import choose_export
-from tuner.results.load import load_lines, load_table_rows
-from tuner.results.loading import StudyResults, TrialRow
+from tuner.results.load_sweep import load_lines, load_table_rows
+from tuner.results.study_reader import StudyResults, TrialRow
 from tuner.results.words import mode_line, tph_label, worded
 from tuner.workload.reuse import COUNTED_REUSE_CLASSES
 
@@ -108,9 +108,13 @@ def _config(t: TrialRow) -> str:
     label = t.label
     if t.role == Role.BASELINE:
         label += " (baseline)"
-    if t.state == "pruned":
-        at = f" at {t.pruned_at_tasks} tasks" if t.pruned_at_tasks is not None else ""
+    at = f" at {t.pruned_at_tasks} tasks" if t.pruned_at_tasks is not None else ""
+    if t.state == "pruned" and t.screened_out_rung is not None:
+        label += f" (screened out at rung {t.screened_out_rung}{at})"
+    elif t.state == "pruned":
         label += f" (pruned{at})"
+    elif t.rung is not None:
+        label += f" (passed screening rung {t.rung})"
     return label
 
 

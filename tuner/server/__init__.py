@@ -3,7 +3,7 @@
 - `ServerSpec` / `SpeculativeSpec`: what to start, validated like vLLM validates it; renders
   the launch argv and the `vllm serve ...` line a user pastes.
 - `Launcher.launch(spec)` -> `ServerHandle`: ready server with its `StartupFacts`; raises
-  `tuner.errors.StartupFailed` carrying a classified `StartupFailure`.
+  `tuner.server.failures.StartupFailed` carrying a classified `StartupFailure`.
 - `classify`, `parse_log`, `parse_cache_info`: the log and /metrics readers, usable alone.
 - `reap_orphans(state_dir)`: stop server groups left behind by a killed tuner.
 """

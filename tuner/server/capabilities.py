@@ -9,12 +9,12 @@ Python (its interpreter, its packages, never ours):
    `vllm` script's shebang (or the `exec PYTHON -m vllm` line of a shell wrapper).
 2. A fast look (no vLLM import) gives where vLLM lives and its distribution version; that is
    the cache key, so a reinstall is noticed.
-3. On a cache miss, the probe imports `vllm.config.SpeculativeConfig` (its dataclass fields and
+3. On a cache miss, the query imports `vllm.config.SpeculativeConfig` (its dataclass fields and
    the `method` literal) and builds vLLM's own `vllm serve` argument parser (its flags). On this
    2-core machine that takes about 40 s, hence the cache.
 
 A command that does not start vLLM (tuner's fake server, `python -m tuner.testing.fake_vllm`)
-is not probed: `probe_launch_command` returns None and nothing is filtered.
+is not asked: `read_launch_capabilities` returns None and nothing is filtered.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import Any
 from tuner.errors import ConfigError
 from tuner.settings import LaunchCommand
 
-__all__ = ["VllmCapabilities", "find_python", "probe", "probe_launch_command"]
+__all__ = ["VllmCapabilities", "find_python", "read_capabilities", "read_launch_capabilities"]
 
 _PYTHON_NAME = re.compile(r"^python[0-9.]*$")
 _WRAPPER_EXEC = re.compile(r"^\s*exec\s+(\S+)\s+-m\s+vllm\b", re.MULTILINE)
@@ -101,7 +101,7 @@ class VllmCapabilities:
 
     Attributes:
         version: `vllm.__version__`.
-        python: The interpreter the probe ran in.
+        python: The interpreter the query ran in.
         spec_fields: Field names of `SpeculativeConfig` (the keys `--speculative-config` takes).
         methods: Values its `method` field accepts; empty when they could not be read.
         flags: Option strings of `vllm serve`; None when its parser could not be built.
@@ -198,11 +198,13 @@ def _run(python: str, code: str, timeout_s: float) -> str:
     return proc.stdout
 
 
-def probe(python: str, *, cache_dir: Path, timeout_s: float = 600.0) -> VllmCapabilities:
+def read_capabilities(
+    python: str, *, cache_dir: Path, timeout_s: float = 600.0
+) -> VllmCapabilities:
     """Ask `python`'s vLLM what it accepts (cached per install under `cache_dir`).
 
     Raises:
-        ConfigError: that Python has no vLLM, or the probe fails or times out.
+        ConfigError: that Python has no vLLM, or the query fails or times out.
     """
     look = json.loads(_run(python, _LOOK, 60.0))
     if "origin" not in look:
@@ -216,7 +218,7 @@ def probe(python: str, *, cache_dir: Path, timeout_s: float = 600.0) -> VllmCapa
     out = _run(python, _PROBE, timeout_s)
     line = next((x for x in out.splitlines() if x.startswith("TUNER-PROBE ")), None)
     if line is None:
-        raise ConfigError(f"{python}: the vLLM probe printed no answer")
+        raise ConfigError(f"{python}: the vLLM capabilities query printed no answer")
     data = json.loads(line.removeprefix("TUNER-PROBE "))
     caps = VllmCapabilities(
         version=data["version"],
@@ -232,7 +234,7 @@ def probe(python: str, *, cache_dir: Path, timeout_s: float = 600.0) -> VllmCapa
     return caps
 
 
-def probe_launch_command(launch: LaunchCommand, *, cache_dir: Path) -> VllmCapabilities | None:
+def read_launch_capabilities(launch: LaunchCommand, *, cache_dir: Path) -> VllmCapabilities | None:
     """The capabilities of the vLLM `launch` starts; None when it starts no vLLM (a fake)."""
     python = find_python(launch)
-    return None if python is None else probe(python, cache_dir=cache_dir)
+    return None if python is None else read_capabilities(python, cache_dir=cache_dir)

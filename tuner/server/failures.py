@@ -14,10 +14,11 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from tuner.errors import ServerError
 from tuner.records import ServerStartRecord
 from tuner.server.crashes import PYDANTIC_SUFFIX, root_cause
 
-__all__ = ["FailureKind", "StartupFailure", "classify"]
+__all__ = ["FailureKind", "StartupFailed", "StartupFailure", "classify"]
 
 TAIL_LINES = 40
 
@@ -307,3 +308,15 @@ def classify(
         log_path=log_path,
         exit_code=exit_code,
     )
+
+
+class StartupFailed(ServerError):
+    """The server did not become ready; `failure` says why, in vLLM's own numbers."""
+
+    def __init__(self, failure: StartupFailure) -> None:
+        super().__init__(failure.summary(), log_path=failure.log_path)
+        self.failure = failure
+
+    def __reduce__(self) -> tuple[type[StartupFailed], tuple[StartupFailure]]:
+        # Ray pickles exceptions; rebuild from the failure, not from the message string.
+        return (type(self), (self.failure,))

@@ -35,11 +35,11 @@ from types import TracebackType
 
 import httpx
 
-from tuner.errors import ServerError, StartupFailed
+from tuner.errors import ServerError
 from tuner.records import ServerStartRecord, StartupFacts
 from tuner.server.crashes import ServerDeath, server_death
 from tuner.server.facts import merge_facts, parse_cache_info, parse_log
-from tuner.server.failures import FailureKind, classify
+from tuner.server.failures import FailureKind, StartupFailed, classify
 from tuner.server.reaper import (
     PidRecord,
     kill_group,

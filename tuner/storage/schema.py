@@ -7,16 +7,26 @@ and reads without Optuna's schema. Columns change only through Alembic migration
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Integer, String, Text, func
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.orm import (
+    DeclarativeBase,
+    Mapped,
+    MappedColumn,
+    Relationship,
+    mapped_column,
+    relationship,
+)
 
 __all__ = [
     "Base",
     "ServerStartRow",
+    "StartMeasured",
     "StepRow",
     "TaskResultRow",
     "ThroughputRunRow",
+    "TrialKeyed",
     "WorkloadRunRow",
 ]
 
@@ -25,14 +35,48 @@ class Base(DeclarativeBase):
     """Declarative base for tuner's own tables (Optuna keeps its own metadata)."""
 
 
-class ServerStartRow(Base):
+# The columns the mixins below add come first in each table, in this order, as the migrations
+# created them (`sort_order`: the ORM otherwise puts a class's own columns before its mixins').
+
+
+class _Keyed:
+    """Every table's surrogate key."""
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, sort_order=-3)
+
+
+class TrialKeyed(_Keyed):
+    """A row of one trial of a study, by name and Optuna trial number (None: of no trial)."""
+
+    study_name: Mapped[str] = mapped_column(String(512), index=True, sort_order=-2)
+    trial_number: Mapped[int | None] = mapped_column(Integer, index=True, sort_order=-2)
+
+
+class StartMeasured(TrialKeyed):
+    """A trial's measurement on one server start (kept, unlinked, if that start's row goes)."""
+
+    server_start_id: Mapped[int | None] = mapped_column(
+        ForeignKey("tuner_server_starts.id", ondelete="SET NULL"), sort_order=-1
+    )
+
+
+def _children(back_populates: str, order_by: str) -> Relationship[Any]:
+    """A row's child rows, in `order_by`; the ORM deletes them with it (on every backend)."""
+    return relationship(
+        back_populates=back_populates, cascade="all, delete-orphan", order_by=order_by
+    )
+
+
+def _parent_id(table: str) -> MappedColumn[Any]:
+    """A child row's key of its parent row in `table`: the database deletes it with its parent."""
+    return mapped_column(ForeignKey(f"{table}.id", ondelete="CASCADE"), index=True)
+
+
+class ServerStartRow(TrialKeyed, Base):
     """One attempt to start `vllm serve` for a trial."""
 
     __tablename__ = "tuner_server_starts"
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    study_name: Mapped[str] = mapped_column(String(512), index=True)
-    trial_number: Mapped[int | None] = mapped_column(Integer, index=True)
     attempt: Mapped[int] = mapped_column(Integer, default=0)
     argv: Mapped[list[str]] = mapped_column(JSON)
     env: Mapped[dict[str, str]] = mapped_column(JSON)
@@ -59,17 +103,11 @@ class ServerStartRow(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime, server_default=func.now())
 
 
-class WorkloadRunRow(Base):
+class WorkloadRunRow(StartMeasured, Base):
     """One scored workload run against one server start."""
 
     __tablename__ = "tuner_workload_runs"
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    study_name: Mapped[str] = mapped_column(String(512), index=True)
-    trial_number: Mapped[int | None] = mapped_column(Integer, index=True)
-    server_start_id: Mapped[int | None] = mapped_column(
-        ForeignKey("tuner_server_starts.id", ondelete="SET NULL")
-    )
     mode: Mapped[str] = mapped_column(String(16))
     task_set_hash: Mapped[str] = mapped_column(String(64))
     seed: Mapped[int] = mapped_column(Integer)
@@ -107,20 +145,15 @@ class WorkloadRunRow(Base):
     gpu_memory_used_mib: Mapped[float | None] = mapped_column(Float)  # revision 0002
     created_at: Mapped[datetime] = mapped_column(DateTime, server_default=func.now())
 
-    task_results: Mapped[list[TaskResultRow]] = relationship(
-        back_populates="workload_run", cascade="all, delete-orphan", order_by="TaskResultRow.index"
-    )
+    task_results: Mapped[list[TaskResultRow]] = _children("workload_run", "TaskResultRow.index")
 
 
-class TaskResultRow(Base):
+class TaskResultRow(_Keyed, Base):
     """One task of a workload run."""
 
     __tablename__ = "tuner_task_results"
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    workload_run_id: Mapped[int] = mapped_column(
-        ForeignKey("tuner_workload_runs.id", ondelete="CASCADE"), index=True
-    )
+    workload_run_id: Mapped[int] = _parent_id("tuner_workload_runs")
     index: Mapped[int] = mapped_column(Integer)
     task_id: Mapped[str] = mapped_column(String(128))
     template: Mapped[str] = mapped_column(String(64))
@@ -135,20 +168,15 @@ class TaskResultRow(Base):
     output_tokens: Mapped[int] = mapped_column(Integer)
 
     workload_run: Mapped[WorkloadRunRow] = relationship(back_populates="task_results")
-    steps: Mapped[list[StepRow]] = relationship(
-        back_populates="task_result", cascade="all, delete-orphan", order_by="StepRow.step"
-    )
+    steps: Mapped[list[StepRow]] = _children("task_result", "StepRow.step")
 
 
-class StepRow(Base):
+class StepRow(_Keyed, Base):
     """One model call (step) of one task."""
 
     __tablename__ = "tuner_steps"
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    task_result_id: Mapped[int] = mapped_column(
-        ForeignKey("tuner_task_results.id", ondelete="CASCADE"), index=True
-    )
+    task_result_id: Mapped[int] = _parent_id("tuner_task_results")
     step: Mapped[int] = mapped_column(Integer)
     prompt_tokens: Mapped[int] = mapped_column(Integer)
     cached_tokens: Mapped[int | None] = mapped_column(Integer)
@@ -160,17 +188,11 @@ class StepRow(Base):
     task_result: Mapped[TaskResultRow] = relationship(back_populates="steps")
 
 
-class ThroughputRunRow(Base):
+class ThroughputRunRow(StartMeasured, Base):
     """The plain benchmark (fixed output length, no cache help) for one server start."""
 
     __tablename__ = "tuner_throughput_runs"
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    study_name: Mapped[str] = mapped_column(String(512), index=True)
-    trial_number: Mapped[int | None] = mapped_column(Integer, index=True)
-    server_start_id: Mapped[int | None] = mapped_column(
-        ForeignKey("tuner_server_starts.id", ondelete="SET NULL")
-    )
     streams: Mapped[int] = mapped_column(Integer)
     requests: Mapped[int] = mapped_column(Integer)
     output_tokens: Mapped[int] = mapped_column(Integer)

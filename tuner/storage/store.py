@@ -6,13 +6,13 @@ A `Store` is opened on the same URL as the Optuna study. Only the study driver w
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
 
-from sqlalchemy import Engine, delete, select
+from sqlalchemy import Engine, Select, delete, select
 from sqlalchemy.orm import Session, selectinload
 
 from tuner.records import (
@@ -27,15 +27,18 @@ from tuner.storage.engine import open_engine
 from tuner.storage.migrations import upgrade
 from tuner.storage.schema import (
     ServerStartRow,
+    StartMeasured,
     StepRow,
     TaskResultRow,
     ThroughputRunRow,
+    TrialKeyed,
     WorkloadRunRow,
 )
 
 __all__ = ["Store", "Stored", "TrialMeasurements"]
 
 T = TypeVar("T")
+R = TypeVar("R", bound=TrialKeyed)
 
 # Record fields stored as they are, by the same name, in both directions.
 _FACT_FIELDS = tuple(f.name for f in fields(StartupFacts))
@@ -46,6 +49,7 @@ _START_FIELDS = tuple(
 )
 _TASK_FIELDS = tuple(f.name for f in fields(TaskRecord) if f.name != "steps")
 _STEP_FIELDS = tuple(f.name for f in fields(StepRecord))
+_THROUGHPUT_FIELDS = tuple(f.name for f in fields(ThroughputRecord))
 _WORKLOAD_SCALARS = tuple(
     f.name
     for f in fields(WorkloadRecord)
@@ -128,19 +132,21 @@ class Store:
         """Replace the trial's rows with `m`, atomically (a resumed trial never doubles)."""
         with self._session() as s:
             self._delete_trial(s, study_name, trial_number)
-            start_ids = [self._add_start(s, study_name, trial_number, r) for r in m.server_starts]
+            start_ids = [
+                _insert(s, _start_row(r), study_name, trial_number) for r in m.server_starts
+            ]
             last_start = start_ids[-1] if start_ids else None
             if m.workload is not None:
-                self._add_workload(s, study_name, trial_number, last_start, m.workload)
+                _insert(s, _workload_row(m.workload), study_name, trial_number, last_start)
             for tp in m.throughput:
-                self._add_throughput(s, study_name, trial_number, last_start, tp)
+                _insert(s, _throughput_row(tp), study_name, trial_number, last_start)
 
     def add_server_start(
         self, study_name: str, trial_number: int | None, record: ServerStartRecord
     ) -> int:
         """Append one server start; returns its id."""
         with self._session() as s:
-            return self._add_start(s, study_name, trial_number, record)
+            return _insert(s, _start_row(record), study_name, trial_number)
 
     def add_workload_run(
         self,
@@ -152,7 +158,7 @@ class Store:
     ) -> int:
         """Append one workload run with its tasks and steps; returns its id."""
         with self._session() as s:
-            return self._add_workload(s, study_name, trial_number, server_start_id, record)
+            return _insert(s, _workload_row(record), study_name, trial_number, server_start_id)
 
     def delete_trial(self, study_name: str, trial_number: int | None) -> None:
         """Remove every row of one trial."""
@@ -171,137 +177,35 @@ class Store:
                 s.delete(row)  # ORM delete so task and step rows cascade on every backend
         s.flush()
 
-    @staticmethod
-    def _add_start(
-        s: Session, study_name: str, trial_number: int | None, r: ServerStartRecord
-    ) -> int:
-        row = ServerStartRow(
-            study_name=study_name,
-            trial_number=trial_number,
-            argv=list(r.argv),
-            env=dict(r.env),
-            started_at=_dt(r.started_at),
-            ended_at=_dt(r.ended_at),
-            failure_details=dict(r.failure_details),
-            **{name: getattr(r, name) for name in _START_FIELDS},
-            **{name: getattr(r.facts, name) for name in _FACT_FIELDS},
-        )
-        s.add(row)
-        s.flush()
-        return row.id
-
-    @staticmethod
-    def _add_workload(
-        s: Session,
-        study_name: str,
-        trial_number: int | None,
-        server_start_id: int | None,
-        r: WorkloadRecord,
-    ) -> int:
-        row = WorkloadRunRow(
-            study_name=study_name,
-            trial_number=trial_number,
-            server_start_id=server_start_id,
-            spec_accepted_per_pos=(
-                list(r.spec_accepted_per_pos) if r.spec_accepted_per_pos is not None else None
-            ),
-            **{name: getattr(r, name) for name in _WORKLOAD_SCALARS},
-        )
-        for t in r.task_records:
-            task_row = TaskResultRow(
-                num_steps=len(t.steps),
-                prompt_tokens=t.prompt_tokens,
-                output_tokens=t.output_tokens,
-                **{name: getattr(t, name) for name in _TASK_FIELDS},
-            )
-            task_row.steps = [
-                StepRow(**{name: getattr(st, name) for name in _STEP_FIELDS}) for st in t.steps
-            ]
-            row.task_results.append(task_row)
-        s.add(row)
-        s.flush()
-        return row.id
-
-    @staticmethod
-    def _add_throughput(
-        s: Session,
-        study_name: str,
-        trial_number: int | None,
-        server_start_id: int | None,
-        r: ThroughputRecord,
-    ) -> int:
-        row = ThroughputRunRow(
-            study_name=study_name,
-            trial_number=trial_number,
-            server_start_id=server_start_id,
-            streams=r.streams,
-            requests=r.requests,
-            output_tokens=r.output_tokens,
-            wall_s=r.wall_s,
-            output_tokens_per_s=r.output_tokens_per_s,
-        )
-        s.add(row)
-        s.flush()
-        return row.id
-
     # ---- reading -------------------------------------------------------------------------
 
     def server_starts(
         self, study_name: str, trial_number: int | None = None
     ) -> list[Stored[ServerStartRecord]]:
         """Server starts of a study (or of one trial), oldest first."""
-        with self._session() as s:
-            q = select(ServerStartRow).where(ServerStartRow.study_name == study_name)
-            if trial_number is not None:
-                q = q.where(ServerStartRow.trial_number == trial_number)
-            rows = s.scalars(q.order_by(ServerStartRow.id)).all()
-            return [
-                Stored(row.id, row.study_name, row.trial_number, _start_record(row)) for row in rows
-            ]
+        return self._read(_of_trial(ServerStartRow, study_name, trial_number), _start_record)
 
     def workload_runs(
         self, study_name: str, trial_number: int | None = None, *, with_tasks: bool = False
     ) -> list[Stored[WorkloadRecord]]:
         """Workload runs of a study (or of one trial), oldest first."""
-        with self._session() as s:
-            q = select(WorkloadRunRow).where(WorkloadRunRow.study_name == study_name)
-            if trial_number is not None:
-                q = q.where(WorkloadRunRow.trial_number == trial_number)
-            if with_tasks:
-                q = q.options(
-                    selectinload(WorkloadRunRow.task_results).selectinload(TaskResultRow.steps)
-                )
-            rows = s.scalars(q.order_by(WorkloadRunRow.id)).all()
-            return [
-                Stored(
-                    row.id,
-                    row.study_name,
-                    row.trial_number,
-                    _workload_record(row, with_tasks),
-                    row.server_start_id,
-                )
-                for row in rows
-            ]
+        q = _of_trial(WorkloadRunRow, study_name, trial_number)
+        if with_tasks:
+            q = q.options(
+                selectinload(WorkloadRunRow.task_results).selectinload(TaskResultRow.steps)
+            )
+        return self._read(q, lambda row: _workload_record(row, with_tasks))
 
     def throughput_runs(
         self, study_name: str, trial_number: int | None = None
     ) -> list[Stored[ThroughputRecord]]:
         """Plain-benchmark results of a study (or of one trial)."""
+        return self._read(_of_trial(ThroughputRunRow, study_name, trial_number), _throughput_record)
+
+    def _read(self, q: Select[R], record: Callable[[R], T]) -> list[Stored[T]]:
+        """The rows `q` selects, each as its record with where it belongs."""
         with self._session() as s:
-            q = select(ThroughputRunRow).where(ThroughputRunRow.study_name == study_name)
-            if trial_number is not None:
-                q = q.where(ThroughputRunRow.trial_number == trial_number)
-            rows = s.scalars(q.order_by(ThroughputRunRow.id)).all()
-            return [
-                Stored(
-                    row.id,
-                    row.study_name,
-                    row.trial_number,
-                    ThroughputRecord(row.streams, row.requests, row.output_tokens, row.wall_s),
-                    row.server_start_id,
-                )
-                for row in rows
-            ]
+            return [_stored(row, record(row)) for row in s.scalars(q).all()]
 
     def trial_numbers(self, study_name: str) -> Sequence[int]:
         """Trial numbers that have any server start recorded."""
@@ -319,6 +223,78 @@ class Store:
             s.execute(delete(ServerStartRow).where(ServerStartRow.study_name == study_name))
 
 
+def _start_row(r: ServerStartRecord) -> ServerStartRow:
+    return ServerStartRow(
+        argv=list(r.argv),
+        env=dict(r.env),
+        started_at=_dt(r.started_at),
+        ended_at=_dt(r.ended_at),
+        failure_details=dict(r.failure_details),
+        **{name: getattr(r, name) for name in _START_FIELDS},
+        **{name: getattr(r.facts, name) for name in _FACT_FIELDS},
+    )
+
+
+def _workload_row(r: WorkloadRecord) -> WorkloadRunRow:
+    row = WorkloadRunRow(
+        spec_accepted_per_pos=(
+            list(r.spec_accepted_per_pos) if r.spec_accepted_per_pos is not None else None
+        ),
+        **{name: getattr(r, name) for name in _WORKLOAD_SCALARS},
+    )
+    for t in r.task_records:
+        task_row = TaskResultRow(
+            num_steps=len(t.steps),
+            prompt_tokens=t.prompt_tokens,
+            output_tokens=t.output_tokens,
+            **{name: getattr(t, name) for name in _TASK_FIELDS},
+        )
+        task_row.steps = [
+            StepRow(**{name: getattr(st, name) for name in _STEP_FIELDS}) for st in t.steps
+        ]
+        row.task_results.append(task_row)
+    return row
+
+
+def _throughput_row(r: ThroughputRecord) -> ThroughputRunRow:
+    return ThroughputRunRow(
+        output_tokens_per_s=r.output_tokens_per_s,
+        **{name: getattr(r, name) for name in _THROUGHPUT_FIELDS},
+    )
+
+
+def _insert(
+    s: Session,
+    row: TrialKeyed,
+    study_name: str,
+    trial_number: int | None,
+    server_start_id: int | None = None,
+) -> int:
+    """Add `row` (with its children) as the trial's, on server start `server_start_id` where the
+    row is a measurement; return the id the database gave it."""
+    row.study_name = study_name
+    row.trial_number = trial_number
+    if isinstance(row, StartMeasured):
+        row.server_start_id = server_start_id
+    s.add(row)
+    s.flush()
+    return row.id
+
+
+def _of_trial(model: type[R], study_name: str, trial_number: int | None) -> Select[R]:
+    """The rows of `model` of a study (or of one trial: `trial_number`), oldest first."""
+    q = select(model).where(model.study_name == study_name)
+    if trial_number is not None:
+        q = q.where(model.trial_number == trial_number)
+    return q.order_by(model.id)
+
+
+def _stored(row: TrialKeyed, record: T) -> Stored[T]:
+    """`record`, read from `row`, with where it belongs."""
+    server_start_id = row.server_start_id if isinstance(row, StartMeasured) else None
+    return Stored(row.id, row.study_name, row.trial_number, record, server_start_id)
+
+
 def _start_record(row: ServerStartRow) -> ServerStartRecord:
     return ServerStartRecord(
         argv=tuple(row.argv),
@@ -329,6 +305,10 @@ def _start_record(row: ServerStartRow) -> ServerStartRecord:
         facts=StartupFacts(**{name: getattr(row, name) for name in _FACT_FIELDS}),
         **{name: getattr(row, name) for name in _START_FIELDS},
     )
+
+
+def _throughput_record(row: ThroughputRunRow) -> ThroughputRecord:
+    return ThroughputRecord(**{name: getattr(row, name) for name in _THROUGHPUT_FIELDS})
 
 
 def _workload_record(row: WorkloadRunRow, with_tasks: bool) -> WorkloadRecord:

@@ -7,6 +7,7 @@ default). `--model M --gpu G` picks `search_spaces/M/G.yaml`; `--space FILE` tak
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -29,15 +30,27 @@ from tuner.server.knobs import suffix_decoding_available
 from tuner.workload.settings import WorkloadSettings
 
 __all__ = [
+    "ConfigKey",
     "ConfirmPart",
     "GpuPart",
     "ModelPart",
     "Preset",
     "SearchSpace",
+    "config_key",
     "known_presets",
     "load_preset",
     "preset_dir",
 ]
+
+# A config's identity: its params (what defines its server) as sorted JSON, so it is hashable,
+# the same in every process, and reads back into the params (`json.loads`).
+ConfigKey = str
+
+
+def config_key(params: dict[str, Any]) -> ConfigKey:
+    """The one name of a config: its params as sorted JSON (`json.loads` gives them back)."""
+    return json.dumps(params, sort_keys=True)
+
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
@@ -191,8 +204,8 @@ class SearchSpace(BaseModel):
     kv_cache_memory_bytes: tuple[PositiveInt, ...] | None = Field(default=None, min_length=1)
     max_num_seqs: tuple[PositiveInt, ...] = Field(default=(256,), min_length=1)
     search_disable_eagle_block_drop: bool = False
-    # Load knobs (tuner.study.sweep): the scheduler's token budget beside max_num_seqs, and
-    # suffix decoding's tree depth and spec factor (method "suffix" only).
+    # Load knobs (tuner.study.stages.load_sweep): the scheduler's token budget beside max_num_seqs,
+    # and suffix decoding's tree depth and spec factor (method "suffix" only).
     max_num_batched_tokens: tuple[PositiveInt, ...] | None = Field(default=None, min_length=1)
     suffix_decoding_max_tree_depth: IntRange | None = None
     suffix_decoding_max_spec_factor: FloatRange | None = None
@@ -283,10 +296,14 @@ class Preset(BaseModel):
     # Agent counts `tuner optimize` sweeps its finalists at when it ends (`tuner sweep`).
     load_sweep: tuple[PositiveInt, ...] = ()
     # The confirmation stage; unset: the top 1 candidate and 2 rounds on CPU presets, 2 and 2
-    # on GPU presets (`tuner.study.confirm.ConfirmPlan.for_preset`).
+    # on GPU presets (`tuner.study.stages.confirm.ConfirmPlan.for_preset`).
     confirm: ConfirmPart | None = None
     # The run-to-run noise the verdicts use (see BetweenRunPart); stored with each study.
     between_run: BetweenRunPart | None = None
+    # Screen candidates on a prefix of the workload (`tuner.study.search.pruning.ScreenRule`):
+    # on in a preset whose recorded grid shows that it pays (docs/decisions.md); `tuner optimize
+    # --screening/--no-screening` overrides it.
+    screening: bool = False
 
     @model_validator(mode="after")
     def _supported(self) -> Preset:

@@ -34,7 +34,7 @@ class ServerPool:
         """A ready server for `spec`: the running one if equal and alive, else a new start.
 
         Raises:
-            tuner.errors.StartupFailed: The new server did not start.
+            tuner.server.failures.StartupFailed: The new server did not start.
         """
         current = self._current
         if current is not None and current.spec == spec and current.alive():

@@ -31,7 +31,7 @@ from tuner.records import (
     ThroughputRecord,
     WorkloadRecord,
 )
-from tuner.results.loading import open_optuna_storage
+from tuner.results.study_reader import open_optuna_storage
 from tuner.server.spec import ServerSpec, SpeculativeSpec
 from tuner.storage import Store, TrialMeasurements
 

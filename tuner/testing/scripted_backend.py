@@ -1,6 +1,6 @@
 """A named fake of the study's execution seam: trials answered from a script, on a fake clock.
 
-`ScriptedBackend` implements `tuner.study.backend.TrialBackend` without Ray, vLLM or sleeping:
+`ScriptedBackend` implements `tuner.study.trial.backend.TrialBackend` without Ray, vLLM or sleeping:
 each submitted trial gets a `ScriptedRun` from a function of its params (its rate, startup
 time, infeasibility or crash), tasks finish at evenly spaced times of a simulated clock, and
 `wait()` jumps the clock to the next event. The study loop, sampler, pruner rule, duplicate
@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tuner.records import ServerStartRecord, WorkloadRecord
-from tuner.study.backend import Finished, Progress
-from tuner.study.evaluate import TrialRequest, TrialResult
+from tuner.study.trial.backend import Finished, Progress
+from tuner.study.trial.evaluate import TrialRequest, TrialResult
 
 __all__ = ["ScriptedBackend", "ScriptedRun"]
 

@@ -2,20 +2,12 @@
 
 from __future__ import annotations
 
-from tuner.workload.envs.base import (
-    Call,
-    Environment,
-    Param,
-    Scenario,
-    ToolError,
-    ToolSpec,
-    format_money,
-    parse_money,
-)
+from tuner.workload.envs.base import Call, Environment, Scenario
 from tuner.workload.envs.filetree import FileTree
 from tuner.workload.envs.inventory import Inventory
 from tuner.workload.envs.ledger import Ledger
 from tuner.workload.envs.orders import Orders
+from tuner.workload.envs.tools import Param, ToolError, ToolSpec, format_money, parse_money
 
 __all__ = [
     "ENVIRONMENTS",

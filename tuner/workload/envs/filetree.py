@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import posixpath
 import random
-from typing import Any, ClassVar
+from typing import Any
 
-from tuner.workload.envs.base import Call, Environment, Param, Scenario, ToolError, ToolSpec
+from tuner.workload.envs.base import Call, Environment, Scenario, lookup
+from tuner.workload.envs.tools import ToolError, ToolSpec, string_param
 
 __all__ = ["FileTree"]
 
@@ -17,34 +18,32 @@ USERS = ("svc-backup", "svc-deploy", "ops-oncall", "logrotate")
 class FileTree(Environment):
     """Files by absolute path with size in bytes and modification date."""
 
-    name: ClassVar[str] = "filetree"
-    pad_key: ClassVar[str] = "access_log"
-    tools: ClassVar[tuple[ToolSpec, ...]] = (
-        ToolSpec(
+    name = "filetree"
+    pad_key = "access_log"
+    tools = (
+        ToolSpec.of(
             "list_dir",
             "List the files directly inside a directory with their size and date.",
-            (Param("path", "string", "Absolute directory path, e.g. /srv/billing/logs."),),
+            string_param("path", "Absolute directory path, e.g. /srv/billing/logs."),
         ),
-        ToolSpec(
+        ToolSpec.of(
             "stat_file",
             "Show one file's size, modification date, owner and recent access log.",
-            (Param("path", "string", "Absolute file path."),),
+            string_param("path", "Absolute file path."),
         ),
-        ToolSpec(
+        ToolSpec.of(
             "move_file",
             "Move a file to a new absolute path (the destination must not exist).",
-            (
-                Param("source", "string", "Current absolute path."),
-                Param("destination", "string", "New absolute path."),
-            ),
+            string_param("source", "Current absolute path."),
+            string_param("destination", "New absolute path."),
         ),
-        ToolSpec(
+        ToolSpec.of(
             "delete_file",
             "Delete one file.",
-            (Param("path", "string", "Absolute file path."),),
+            string_param("path", "Absolute file path."),
         ),
     )
-    rules: ClassVar[tuple[str, ...]] = (
+    rules = (
         "List a directory with list_dir before changing anything in it.",
         "Log files (.log) modified before the cutoff date move to /archive/<service>/ with "
         "the same file name.",
@@ -52,13 +51,6 @@ class FileTree(Environment):
         "Files modified on or after the cutoff date stay where they are.",
         "Report the number of archived files and their total size in bytes.",
     )
-
-    def _file(self, state: dict[str, Any], path: str) -> dict[str, Any]:
-        try:
-            meta: dict[str, Any] = state["files"][path]
-        except KeyError:
-            raise ToolError(f"no such file: {path}") from None
-        return meta
 
     def execute(self, state: dict[str, Any], tool: str, args: dict[str, Any]) -> dict[str, Any]:
         """Run list_dir, stat_file, move_file or delete_file."""
@@ -74,11 +66,11 @@ class FileTree(Environment):
                 raise ToolError(f"no such directory: {path}")
             return {"path": path, "entries": entries}
         if tool == "stat_file":
-            meta = self._file(state, args["path"])
+            meta = lookup(state, "files", args["path"], "no such file:")
             return {"path": args["path"], **meta}
         if tool == "move_file":
             source, destination = args["source"], args["destination"]
-            meta = self._file(state, source)
+            meta = lookup(state, "files", source, "no such file:")
             if destination in files:
                 raise ToolError(f"destination exists: {destination}")
             if not destination.startswith("/"):
@@ -86,7 +78,7 @@ class FileTree(Environment):
             files[destination] = files.pop(source)
             return {"moved": source, "to": destination, "bytes": meta["bytes"]}
         # delete_file
-        meta = self._file(state, args["path"])
+        meta = lookup(state, "files", args["path"], "no such file:")
         del files[args["path"]]
         return {"deleted": args["path"], "bytes": meta["bytes"]}
 
@@ -147,11 +139,5 @@ class FileTree(Environment):
             "Then report how many log files you archived and their total size in bytes."
         )
         answer = f"Archived {len(archived)} log files, {total:,} bytes in total."
-        return Scenario(
-            initial_state={"files": files},
-            instruction=instruction,
-            calls=tuple(script),
-            answer=answer,
-            required_facts=(f"{total:,}",),
-            notes=tuple(notes),
-        )
+        facts = (f"{total:,}",)
+        return Scenario({"files": files}, instruction, tuple(script), answer, facts, tuple(notes))

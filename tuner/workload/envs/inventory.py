@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import random
-from typing import Any, ClassVar
+from typing import Any
 
-from tuner.workload.envs.base import Call, Environment, Param, Scenario, ToolError, ToolSpec
+from tuner.workload.envs.base import Call, Environment, Scenario, lookup
+from tuner.workload.envs.tools import ToolError, ToolSpec, integer_param, string_param
 
 __all__ = ["Inventory"]
 
@@ -19,30 +20,29 @@ BINS = ("A-12", "A-14", "B-03", "B-07", "C-04", "C-11", "D-01", "D-09")
 class Inventory(Environment):
     """Items by SKU with quantity on hand, bin and reorder point."""
 
-    name: ClassVar[str] = "inventory"
-    pad_key: ClassVar[str] = "movements"
-    tools: ClassVar[tuple[ToolSpec, ...]] = (
-        ToolSpec(
+    name = "inventory"
+    pad_key = "movements"
+    tools = (
+        ToolSpec.of(
             "get_item",
             "Show an item: name, quantity on hand, bin, reorder point and recent movements.",
-            (Param("sku", "string", "Item SKU such as SKU-4821."),),
+            string_param("sku", "Item SKU such as SKU-4821."),
         ),
-        ToolSpec(
+        ToolSpec.of(
             "adjust_stock",
             "Add (receipt, positive) or remove (pick, negative) stock for an item.",
-            (
-                Param("sku", "string", "Item SKU."),
-                Param("delta", "integer", "Quantity change: positive adds, negative removes."),
-                Param("reference", "string", "Order (SO-...) or receipt (RC-...) reference."),
-            ),
+            string_param("sku", "Item SKU."),
+            integer_param("delta", "Quantity change: positive adds, negative removes."),
+            string_param("reference", "Order (SO-...) or receipt (RC-...) reference."),
         ),
-        ToolSpec(
+        ToolSpec.of(
             "move_item",
             "Move an item to another bin.",
-            (Param("sku", "string", "Item SKU."), Param("bin", "string", "Bin such as C-04.")),
+            string_param("sku", "Item SKU."),
+            string_param("bin", "Bin such as C-04."),
         ),
     )
-    rules: ClassVar[tuple[str, ...]] = (
+    rules = (
         "Look up an item with get_item before changing it.",
         "Receipts add stock (positive delta); picks remove it (negative delta); always pass "
         "the order or receipt reference.",
@@ -52,17 +52,10 @@ class Inventory(Environment):
         "its reorder point.",
     )
 
-    def _item(self, state: dict[str, Any], sku: str) -> dict[str, Any]:
-        try:
-            item: dict[str, Any] = state["items"][sku]
-        except KeyError:
-            raise ToolError(f"no item {sku}") from None
-        return item
-
     def execute(self, state: dict[str, Any], tool: str, args: dict[str, Any]) -> dict[str, Any]:
         """Run get_item, adjust_stock or move_item."""
         sku = args["sku"]
-        item = self._item(state, sku)
+        item = lookup(state, "items", sku, "no item")
         if tool == "get_item":
             return {"sku": sku, **item}
         if tool == "adjust_stock":
@@ -167,11 +160,5 @@ class Inventory(Environment):
             f"Backordered: {', '.join(backorders) or 'none'}. "
             f"At or below reorder point: {', '.join(low) or 'none'}."
         )
-        return Scenario(
-            initial_state=state,
-            instruction=instruction,
-            calls=tuple(script),
-            answer=answer,
-            required_facts=(str(sim[first]), *backorders, *low),
-            notes=tuple(notes),
-        )
+        facts = (str(sim[first]), *backorders, *low)
+        return Scenario(state, instruction, tuple(script), answer, facts, tuple(notes))

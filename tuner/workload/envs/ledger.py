@@ -3,18 +3,10 @@
 from __future__ import annotations
 
 import random
-from typing import Any, ClassVar
+from typing import Any
 
-from tuner.workload.envs.base import (
-    Call,
-    Environment,
-    Param,
-    Scenario,
-    ToolError,
-    ToolSpec,
-    format_money,
-    parse_money,
-)
+from tuner.workload.envs.base import Call, Environment, Scenario, lookup
+from tuner.workload.envs.tools import ToolError, ToolSpec, format_money, parse_money, string_param
 
 __all__ = ["Ledger"]
 
@@ -31,31 +23,29 @@ MEMOS = (
 class Ledger(Environment):
     """Accounts with balances (in cents) and a list of posted transfers."""
 
-    name: ClassVar[str] = "ledger"
-    pad_key: ClassVar[str] = "recent_transactions"
-    tools: ClassVar[tuple[ToolSpec, ...]] = (
-        ToolSpec(
+    name = "ledger"
+    pad_key = "recent_transactions"
+    tools = (
+        ToolSpec.of(
             "get_account",
             "Show an account: owner, balance, status (open or frozen) and recent transactions.",
-            (Param("account_id", "string", "Account id such as ACC-1042."),),
+            string_param("account_id", "Account id such as ACC-1042."),
         ),
-        ToolSpec(
+        ToolSpec.of(
             "list_transactions",
             "List the transfers posted to or from an account, newest last.",
-            (Param("account_id", "string", "Account id such as ACC-1042."),),
+            string_param("account_id", "Account id such as ACC-1042."),
         ),
-        ToolSpec(
+        ToolSpec.of(
             "post_transfer",
             "Move money between two accounts and return both new balances.",
-            (
-                Param("from_account", "string", "Source account id."),
-                Param("to_account", "string", "Destination account id."),
-                Param("amount", "string", "Amount with two decimals, e.g. 1,250.40."),
-                Param("memo", "string", "Memo copied from the request."),
-            ),
+            string_param("from_account", "Source account id."),
+            string_param("to_account", "Destination account id."),
+            string_param("amount", "Amount with two decimals, e.g. 1,250.40."),
+            string_param("memo", "Memo copied from the request."),
         ),
     )
-    rules: ClassVar[tuple[str, ...]] = (
+    rules = (
         "Look up the source account with get_account before every transfer.",
         "Never post a transfer from a frozen account: skip the request and report its id.",
         "Never post a transfer that would take the source balance below zero: skip the "
@@ -64,17 +54,10 @@ class Ledger(Environment):
         "Write amounts with two decimals and thousands separators, e.g. 1,250.40.",
     )
 
-    def _account(self, state: dict[str, Any], account_id: str) -> dict[str, Any]:
-        try:
-            account: dict[str, Any] = state["accounts"][account_id]
-        except KeyError:
-            raise ToolError(f"no account {account_id}") from None
-        return account
-
     def execute(self, state: dict[str, Any], tool: str, args: dict[str, Any]) -> dict[str, Any]:
         """Run get_account, list_transactions or post_transfer."""
         if tool == "get_account":
-            acc = self._account(state, args["account_id"])
+            acc = lookup(state, "accounts", args["account_id"], "no account")
             return {
                 "account_id": args["account_id"],
                 "owner": acc["owner"],
@@ -83,7 +66,7 @@ class Ledger(Environment):
             }
         if tool == "list_transactions":
             account_id = args["account_id"]
-            self._account(state, account_id)
+            lookup(state, "accounts", account_id, "no account")
             posted = [
                 {**t, "amount": format_money(t["amount"])}
                 for t in state["transfers"]
@@ -91,8 +74,8 @@ class Ledger(Environment):
             ]
             return {"account_id": account_id, "transfers": posted}
         # post_transfer
-        src = self._account(state, args["from_account"])
-        dst = self._account(state, args["to_account"])
+        src = lookup(state, "accounts", args["from_account"], "no account")
+        dst = lookup(state, "accounts", args["to_account"], "no account")
         amount = parse_money(args["amount"])
         if args["from_account"] == args["to_account"]:
             raise ToolError("source and destination are the same account")
@@ -205,11 +188,5 @@ class Ledger(Environment):
             + f"\nThen report the final balance of {report} and the ids of skipped requests."
         )
         answer = f"Final balance of {report}: {balance}. Skipped requests: {skipped_text}."
-        return Scenario(
-            initial_state=state,
-            instruction=instruction,
-            calls=tuple(script),
-            answer=answer,
-            required_facts=(balance, *skipped),
-            notes=tuple(notes),
-        )
+        facts = (balance, *skipped)
+        return Scenario(state, instruction, tuple(script), answer, facts, tuple(notes))

@@ -3,18 +3,10 @@
 from __future__ import annotations
 
 import random
-from typing import Any, ClassVar
+from typing import Any
 
-from tuner.workload.envs.base import (
-    Call,
-    Environment,
-    Param,
-    Scenario,
-    ToolError,
-    ToolSpec,
-    format_money,
-    parse_money,
-)
+from tuner.workload.envs.base import Call, Environment, Scenario, lookup
+from tuner.workload.envs.tools import ToolError, ToolSpec, format_money, parse_money, string_param
 
 __all__ = ["Orders"]
 
@@ -30,38 +22,34 @@ TODAY = 60
 class Orders(Environment):
     """Customers with a tier, and orders with status, total, age in days and items."""
 
-    name: ClassVar[str] = "orders"
-    pad_key: ClassVar[str] = "events"
-    tools: ClassVar[tuple[ToolSpec, ...]] = (
-        ToolSpec(
+    name = "orders"
+    pad_key = "events"
+    tools = (
+        ToolSpec.of(
             "get_customer",
             "Show a customer: name, tier (gold or standard) and order ids.",
-            (Param("customer_id", "string", "Customer id such as CUS-311."),),
+            string_param("customer_id", "Customer id such as CUS-311."),
         ),
-        ToolSpec(
+        ToolSpec.of(
             "get_order",
             "Show an order: customer and tier, status, total, days since placed, items.",
-            (Param("order_id", "string", "Order id such as ORD-10452."),),
+            string_param("order_id", "Order id such as ORD-10452."),
         ),
-        ToolSpec(
+        ToolSpec.of(
             "cancel_order",
             "Cancel an order that is still processing; the full total is returned.",
-            (
-                Param("order_id", "string", "Order id."),
-                Param("reason", "string", "Why, in a few words."),
-            ),
+            string_param("order_id", "Order id."),
+            string_param("reason", "Why, in a few words."),
         ),
-        ToolSpec(
+        ToolSpec.of(
             "refund_order",
             "Refund a shipped or delivered order.",
-            (
-                Param("order_id", "string", "Order id."),
-                Param("amount", "string", "Amount with two decimals, e.g. 62.99."),
-                Param("reason", "string", "Why, in a few words."),
-            ),
+            string_param("order_id", "Order id."),
+            string_param("amount", "Amount with two decimals, e.g. 62.99."),
+            string_param("reason", "Why, in a few words."),
         ),
     )
-    rules: ClassVar[tuple[str, ...]] = (
+    rules = (
         "Look up every order with get_order before acting on it.",
         "An order still processing is cancelled with cancel_order; its full total is returned.",
         "A shipped or delivered order cannot be cancelled: refund it with refund_order if it "
@@ -71,24 +59,14 @@ class Orders(Environment):
         "Report the total amount returned to the customer and the ids of denied orders.",
     )
 
-    def _order(self, state: dict[str, Any], order_id: str) -> dict[str, Any]:
-        try:
-            order: dict[str, Any] = state["orders"][order_id]
-        except KeyError:
-            raise ToolError(f"no order {order_id}") from None
-        return order
-
     def execute(self, state: dict[str, Any], tool: str, args: dict[str, Any]) -> dict[str, Any]:
         """Run get_customer, get_order, cancel_order or refund_order."""
         if tool == "get_customer":
             cid = args["customer_id"]
-            try:
-                customer = state["customers"][cid]
-            except KeyError:
-                raise ToolError(f"no customer {cid}") from None
+            customer = lookup(state, "customers", cid, "no customer")
             order_ids = sorted(k for k, o in state["orders"].items() if o["customer"] == cid)
             return {"customer_id": cid, **customer, "orders": order_ids}
-        order = self._order(state, args["order_id"])
+        order = lookup(state, "orders", args["order_id"], "no order")
         if tool == "get_order":
             return {
                 "order_id": args["order_id"],
@@ -198,11 +176,6 @@ class Orders(Environment):
             f"Returned {format_money(returned)} to {cid} in total. "
             f"Denied: {', '.join(denied) or 'none'}."
         )
-        return Scenario(
-            initial_state={"customers": customers, "orders": orders, "returns": []},
-            instruction=instruction,
-            calls=tuple(script),
-            answer=answer,
-            required_facts=(format_money(returned), *denied),
-            notes=tuple(notes),
-        )
+        state: dict[str, Any] = {"customers": customers, "orders": orders, "returns": []}
+        facts = (format_money(returned), *denied)
+        return Scenario(state, instruction, tuple(script), answer, facts, tuple(notes))

@@ -4,7 +4,7 @@ A search keeps the config whose one run scored highest, and the highest of sever
 high partly by luck (regression to the mean). Confirmation re-runs the top K candidates and the
 baseline R more times each, round by round (baseline, c1, c2, baseline, c1, c2, ...), each run a
 fresh server start through the same workers. The runs are trials of role "confirm"
-(`tuner.study.roles`): stored like trials and counted in the study's GPU time, never sampled
+(`tuner.study.search.roles`): stored like trials and counted in the study's GPU time, never sampled
 from, never counted toward `--n-trials`, never pruned. `tuner export` then decides on the
 confirmation rounds alone, paired round by round with the baseline (`tuner.results.decision`).
 
@@ -26,7 +26,7 @@ Lifecycle of `confirm_study`:
 3. Judge the probe; rank the unflagged, completed, feasible candidates by search-time value.
 4. Queue the runs a previous (or interrupted) confirmation has not finished: a resumed study
    confirms without repeating or losing runs; run the queue
-   (`tuner.study.driver.run_waiting`); queue a failed baseline round again and run it.
+   (`tuner.study.search.driver.run_waiting`); queue a failed baseline round again and run it.
 5. Judge every config and write the verdicts, the workload mode and its meaning as study user
    attributes, which optuna-dashboard shows.
 """
@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Final
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner.attrs import Role, StudyAttr, TrialAttr, role_from
+from tuner.attrs import Role, StudyAttr, TrialAttr, is_feasible, is_infeasible, role_from
 from tuner.errors import ConfigError, StudyError
 
 if TYPE_CHECKING:
@@ -120,17 +120,8 @@ def _role(t: FrozenTrial) -> str:
     return role_from(t.user_attrs, t.number)
 
 
-def _feasible(t: FrozenTrial) -> bool:
-    return (
-        t.state == TrialState.COMPLETE
-        and t.value is not None
-        and not t.user_attrs.get(TrialAttr.INFEASIBLE)
-        and not any(v > 0 for v in t.constraints.values())
-    )
-
-
 def _baseline(trials: list[FrozenTrial]) -> FrozenTrial | None:
-    return next((t for t in trials if _role(t) == Role.BASELINE and _feasible(t)), None)
+    return next((t for t in trials if _role(t) == Role.BASELINE and is_feasible(t)), None)
 
 
 def plan_confirmation(
@@ -145,7 +136,7 @@ def plan_confirmation(
         t
         for t in trials
         if _role(t) == Role.CANDIDATE
-        and _feasible(t)
+        and is_feasible(t)
         and (t.params != base.params or TrialAttr.COPY_OF in t.user_attrs)
         and t.number not in skip
     ]
@@ -178,7 +169,7 @@ def _already(trials: list[FrozenTrial]) -> set[tuple[int, int]]:
         if _role(t) != Role.CONFIRM:
             continue
         key = (int(t.user_attrs[TrialAttr.CONFIRM_OF]), int(t.user_attrs[TrialAttr.CONFIRM_ROUND]))
-        infeasible = t.state == TrialState.COMPLETE and _scoreless(t)
+        infeasible = t.state == TrialState.COMPLETE and is_infeasible(t)
         failed_for_good = (
             t.state == TrialState.FAIL
             and t.user_attrs.get(TrialAttr.FAILURE_KIND) not in (None, "interrupted")
@@ -193,14 +184,8 @@ def _already(trials: list[FrozenTrial]) -> set[tuple[int, int]]:
     return done
 
 
-def _scoreless(t: FrozenTrial) -> bool:
-    return bool(t.user_attrs.get(TrialAttr.INFEASIBLE)) or any(
-        v > 0 for v in t.constraints.values()
-    )
-
-
 def _enqueue(study: optuna.Study, params: dict[str, Any], attrs: dict[str, Any]) -> None:
-    from tuner.study.roles import enqueue_run
+    from tuner.study.search.roles import enqueue_run
 
     enqueue_run(study, params, role=Role.CONFIRM, attrs=attrs)
 
@@ -222,7 +207,7 @@ def queue_rounds(study: optuna.Study, configs: list[FrozenTrial], rounds: int) -
 def record_verdicts(study: optuna.Study, storage_url: str) -> dict[str, dict[str, Any]]:
     """Judge the study's configs and write verdicts, mode and its meaning as study attributes."""
     from tuner.results.decision import judge_study
-    from tuner.results.loading import load_results
+    from tuner.results.study_reader import load_results
 
     results = load_results(storage_url, study.study_name)
     verdicts: dict[str, dict[str, Any]] = {}
@@ -271,7 +256,7 @@ def store_noise(study: optuna.Study, preset: Preset) -> BetweenRunNoise:
 def flagged_configs(storage_url: str, study_name: str) -> set[int]:
     """Trial numbers whose outputs the correctness check flagged (against the floor)."""
     from tuner.results.decision import judge_study
-    from tuner.results.loading import load_results
+    from tuner.results.study_reader import load_results
 
     verdicts = judge_study(load_results(storage_url, study_name))
     return {n for n, v in verdicts.items() if v.changes_outputs}
@@ -280,7 +265,7 @@ def flagged_configs(storage_url: str, study_name: str) -> set[int]:
 def _has_candidate(trials: list[FrozenTrial], base: FrozenTrial) -> bool:
     return any(
         _role(t) == Role.CANDIDATE
-        and _feasible(t)
+        and is_feasible(t)
         and (t.params != base.params or TrialAttr.COPY_OF in t.user_attrs)
         for t in trials
     )
@@ -300,7 +285,7 @@ def confirm_study(options: Any, plan: ConfirmPlan = DEFAULT_CONFIRM) -> ConfirmS
         StudyError: no such study, or no feasible baseline to confirm against.
     """
     from tuner.storage import normalize_url
-    from tuner.study.driver import run_waiting
+    from tuner.study.search.driver import run_waiting
     from tuner.study.space import Preset
 
     if not options.study_name:

@@ -1,4 +1,5 @@
-"""A `tuner.study.backend.TrialBackend` that answers from the recorded grid on a simulated clock.
+"""A `tuner.study.trial.backend.TrialBackend` that answers from the recorded grid on a simulated
+clock.
 
 The study loop submits trials as it would to Ray workers; each gets a noisy replayed run of its
 config (`_replay.GridTable.replay`). `wait()` jumps the clock to the next event — a scored task
@@ -13,14 +14,15 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from _replay import GridTable, SimRun, config_key
+from _grid_replay import GridTable, SimRun
 
 from tuner.metrics.scoring import score_tasks
 from tuner.records import TaskRecord, WorkloadRecord
-from tuner.study.backend import Finished, Progress
-from tuner.study.evaluate import TrialRequest, TrialResult
+from tuner.study.space import config_key
+from tuner.study.trial.backend import Finished, Progress
+from tuner.study.trial.evaluate import TrialRequest, TrialResult
 
-__all__ = ["ReplayBackend"]
+__all__ = ["GridReplayBackend"]
 
 
 @dataclass
@@ -42,8 +44,8 @@ class _Live:
         return self.start + self.sim.config.pre_s
 
 
-class ReplayBackend:
-    """`tuner.study.backend.TrialBackend` over the recorded grid, on a simulated clock.
+class GridReplayBackend:
+    """`tuner.study.trial.backend.TrialBackend` over the recorded grid, on a simulated clock.
 
     `wait()` jumps the clock to the next event (a scored task finishing, or a trial coming
     back), so the loop's pruner sees every task as it would live. `spans` keeps, per trial,

@@ -1,7 +1,8 @@
 """Progress as plain lines, for output that is not a terminal (a file, nohup, CI, a log).
 
-On a terminal `tuner optimize` and `tuner confirm` redraw a live table (`tuner.study.display`);
-anywhere else that table would print nothing useful, so each event becomes one flushed line:
+On a terminal `tuner optimize` and `tuner confirm` redraw a live table
+(`tuner.study.search.display`); anywhere else that table would print nothing useful, so each event
+becomes one flushed line:
 
     [0:00:00] estimate: about 28 min for 10 server runs (6 trials + 4 confirmation runs), ...
     [0:00:02] trial 0 (baseline) started: none kv 2.0GB seqs 8
@@ -27,7 +28,7 @@ from typing import Any, TextIO
 
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner.attrs import Role, TrialAttr
+from tuner.attrs import Role, TrialAttr, is_infeasible
 from tuner.results.words import mode_line, tph_label
 
 __all__ = [
@@ -190,11 +191,19 @@ def finished_line(trial: FrozenTrial, mode: str | None, tasks_total: int | None 
     label = tph_label(mode)
     wall = (attrs.get(TrialAttr.TIMING) or {}).get("worker_wall_s")
     took = f", run {wall:.0f} s" if isinstance(wall, (int, float)) else ""
-    if attrs.get(TrialAttr.INFEASIBLE):
+    if is_infeasible(trial):
         return f"{who} infeasible: {_first(attrs.get(TrialAttr.FAILURE_REASON))}{took}"
+    of = f" of {tasks_total}" if tasks_total else ""
+    screened = attrs.get(TrialAttr.SCREENED_OUT_AT)
+    if trial.state == TrialState.PRUNED and isinstance(screened, dict):
+        return (
+            f"{who} screened out at rung {screened.get('rung')} after {screened.get('tasks')}"
+            f"{of} tasks: at most {screened.get('optimistic_tasks_per_hour', 0):,.0f} {label} "
+            f"against the best trial's {screened.get('best_tasks_per_hour', 0):,.0f} on the "
+            f"same tasks{took}"
+        )
     if trial.state == TrialState.PRUNED:
         done = attrs.get(TrialAttr.PRUNED_AT_TASKS)
-        of = f" of {tasks_total}" if tasks_total else ""
         rate = attrs.get(TrialAttr.TASKS_PER_HOUR)
         so_far = f": {rate:,.0f} {label} so far" if rate is not None else ""
         return (
@@ -206,7 +215,9 @@ def finished_line(trial: FrozenTrial, mode: str | None, tasks_total: int | None 
         return f"{who} failed ({kind}): {_first(attrs.get(TrialAttr.FAILURE_REASON))}{took}"
     value = attrs.get(TrialAttr.TASKS_PER_HOUR, trial.value)
     score = f"{value:,.0f} {label}{_interval(attrs)}" if value is not None else "no score"
-    return f"{who} scored: {score}{took}"
+    rung = attrs.get(TrialAttr.RUNG)
+    passed = f", passed screening rung {rung}" if rung is not None else ""
+    return f"{who} scored: {score}{took}{passed}"
 
 
 @dataclass

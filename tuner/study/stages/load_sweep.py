@@ -7,10 +7,10 @@ Every load plays its own task set (seed `workload.seed + 1000 x agents`), the sa
 config: configs are compared task by task at one load, and a later load on the same server does
 not hit prompts that an earlier one cached. Warm-up tasks run before the first load only.
 
-Each config is stored as soon as it finishes (`tuner.results.load.LoadSweep` in the study's
+Each config is stored as soon as it finishes (`tuner.results.load_sweep.LoadSweep` in the study's
 user attribute `load_sweep`; its workload runs, with every task and step, in tuner's tables
 under the study name + `SWEEP_TABLE_SUFFIX`), so an interrupted sweep resumes with the configs
-that are missing. The analysis (winners, crossover, schedule) is `tuner.results.load`.
+that are missing. The analysis (winners, crossover, schedule) is `tuner.results.load_sweep`.
 """
 
 from __future__ import annotations
@@ -23,14 +23,15 @@ from typing import Any, Final
 
 import httpx
 import optuna
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import FrozenTrial
 
-from tuner.attrs import Role, TrialAttr, role_from
-from tuner.errors import StartupFailed, StudyError, TunerError
+from tuner.attrs import Role, TrialAttr, is_feasible, role_from
+from tuner.errors import StudyError, TunerError
 from tuner.models import MODEL_NAMES, prepare
 from tuner.records import WorkloadRecord
-from tuner.results.load import SWEEP_ATTR, LoadPoint, LoadSweep, SweptConfig, sweep_from_attrs
+from tuner.results.load_sweep import SWEEP_ATTR, LoadPoint, LoadSweep, SweptConfig, sweep_from_attrs
 from tuner.server import Launcher, ServerSpec, SpeculativeSpec
+from tuner.server.failures import StartupFailed
 from tuner.storage import Store, normalize_url
 from tuner.study.space import Preset
 from tuner.workload import run_workload_sync
@@ -77,14 +78,6 @@ class SweepOptions:
     schedule_given: tuple[tuple[int, int, int], ...] | None = None
 
 
-def _measured(t: FrozenTrial) -> bool:
-    return (
-        t.state == TrialState.COMPLETE
-        and t.value is not None
-        and not t.user_attrs.get(TrialAttr.INFEASIBLE)
-    )
-
-
 def _role(t: FrozenTrial) -> str:
     return role_from(t.user_attrs, t.number)
 
@@ -95,14 +88,14 @@ def choose_finalists(trials: Sequence[FrozenTrial], top: int) -> list[Finalist]:
     With confirmation runs (role "confirm") the configs they confirmed are ranked by their mean
     confirmed tasks/h; otherwise the search trials by their own value.
     """
-    base = next((t for t in trials if _role(t) == Role.BASELINE and _measured(t)), None)
+    base = next((t for t in trials if _role(t) == Role.BASELINE and is_feasible(t)), None)
     if base is None:
         raise StudyError("the study has no finished baseline trial; run tuner optimize first")
     by_number = {t.number: t for t in trials}
     confirmed: dict[int, list[float]] = {}
     for t in trials:
         of = t.user_attrs.get(TrialAttr.CONFIRM_OF)
-        if _role(t) == Role.CONFIRM and _measured(t) and isinstance(of, int) and of in by_number:
+        if _role(t) == Role.CONFIRM and is_feasible(t) and isinstance(of, int) and of in by_number:
             confirmed.setdefault(of, []).append(float(t.value or 0.0))
     if any(n != base.number for n in confirmed):
         scored = [(statistics.fmean(v), by_number[n]) for n, v in confirmed.items()]
@@ -110,7 +103,7 @@ def choose_finalists(trials: Sequence[FrozenTrial], top: int) -> list[Finalist]:
         scored = [
             (float(t.value or 0.0), t)
             for t in trials
-            if _role(t) == Role.CANDIDATE and _measured(t)
+            if _role(t) == Role.CANDIDATE and is_feasible(t)
         ]
     picked: list[Finalist] = [Finalist(f"#{base.number}", base.number, dict(base.params), True)]
     seen = [base.params]
@@ -135,9 +128,9 @@ def schedule_finalist(
     sweep: LoadSweep, given: tuple[tuple[int, int, int], ...] | None = None
 ) -> Finalist | None:
     """A depth schedule as a config to sweep: `given` on the best speculative finalist's
-    server, else the one derived from the sweep (`tuner.results.load.derive_schedule`); None
+    server, else the one derived from the sweep (`tuner.results.load_sweep.derive_schedule`); None
     when there is none."""
-    from tuner.results.load import derive_schedule
+    from tuner.results.load_sweep import derive_schedule
 
     if given is not None:
         speculative = [c for c in sweep.configs if c.depth > 0 and c.points]

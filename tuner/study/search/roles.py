@@ -8,11 +8,11 @@ A study holds two kinds of trials:
 - **extra** roles, `control` (`tuner explain`) and `confirm` (re-runs of top candidates and the
   baseline): measurements asked for on purpose, often with the params of another trial and a
   changed server. They never reach the sampler (it samples from a view of the sampled trials
-  only, see `tuner.study.sampling`), never count toward `--n-trials`, are never pruned and are
-  never duplicate-checked.
+  only, see `tuner.study.search.sampling`), never count toward `--n-trials`, are never pruned and
+  are never duplicate-checked.
 
-`enqueue_run` queues an extra run; `tuner.study.driver.run_waiting` runs the queue. This module
-imports neither Ray nor the driver, so reports and `tuner explain` may use it cheaply.
+`enqueue_run` queues an extra run; `tuner.study.search.driver.run_waiting` runs the queue. This
+module imports neither Ray nor the driver, so reports and `tuner explain` may use it cheaply.
 """
 
 from __future__ import annotations

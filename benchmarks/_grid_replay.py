@@ -39,9 +39,9 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
-from tuner.study.pruning import ScreenRule
-from tuner.study.sampling import enumerate_space
-from tuner.study.space import Preset
+from tuner.study.search.pruning import ScreenRule
+from tuner.study.search.sampling import enumerate_space
+from tuner.study.space import Preset, config_key
 from tuner.workload import build_task_set
 
 DATA = Path(__file__).resolve().parent / "data" / "grid-smollm2-135m-cpu.json"
@@ -60,11 +60,6 @@ SCREEN_RULES: dict[str, ScreenRule] = {
     "1/2, slack 10%": ScreenRule(rungs=(1 / 2,), slack=0.10),
     "1/4 + 1/2, slack 10%": ScreenRule(rungs=(1 / 4, 1 / 2), slack=0.10),
 }
-
-
-def config_key(params: dict[str, Any]) -> str:
-    """A stable name for a params dict (the recorder's)."""
-    return json.dumps(params, sort_keys=True)
 
 
 @dataclass(frozen=True)

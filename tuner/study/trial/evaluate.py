@@ -28,11 +28,12 @@ from typing import Any
 
 import httpx
 
-from tuner.errors import StartupFailed, TunerError, WorkloadStalled
+from tuner.errors import TunerError, WorkloadStalled
 from tuner.metrics import energy_meter_for
 from tuner.metrics.guards import AcceptanceCollapsed
 from tuner.records import ServerStartRecord, ThroughputRecord, WorkloadRecord
 from tuner.server import FailureKind, Launcher, ServerSpec
+from tuner.server.failures import StartupFailed
 from tuner.workload import (
     RunProgress,
     TokenCounter,
@@ -40,7 +41,7 @@ from tuner.workload import (
     run_throughput_sync,
     run_workload_sync,
 )
-from tuner.workload.probe import ProbeResult, try_probe
+from tuner.workload.correctness_probe import ProbeResult, try_probe
 
 __all__ = ["ThroughputPlan", "TrialRequest", "TrialResult", "evaluate"]
 
@@ -179,7 +180,7 @@ def _measure(
     infeasible = False
     workload_s = throughput_s = 0.0
     notes: list[str] = []
-    probe: ProbeResult | None = None  # the correctness probe (tuner.workload.probe)
+    probe: ProbeResult | None = None  # the correctness probe (tuner.workload.correctness_probe)
     planned = [request.workload.tasks]
     asked_to_stop = [False]
 

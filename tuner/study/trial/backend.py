@@ -1,10 +1,10 @@
 """The execution seam: how the study loop runs trials, without knowing Ray or vLLM.
 
-The loop (`tuner.study.loop.StudyLoop`) owns everything Optuna: the sampler, the pruner rule,
+The loop (`tuner.study.search.loop.StudyLoop`) owns everything Optuna: the sampler, the pruner rule,
 duplicates, constraints, the budget and every database write. A backend only runs
 `TrialRequest`s and reports on them. Two exist:
 
-- `tuner.study.workers.RayBackend`: one Ray actor per GPU slot, each starting a real
+- `tuner.study.trial.workers.RayBackend`: one Ray actor per GPU slot, each starting a real
   `vllm serve` (what `tuner optimize` uses);
 - a simulated backend (benchmarks/) that answers from recorded trials on a simulated clock, so
   hundreds of seeded studies replay in minutes with the same loop.
@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from tuner.study.evaluate import TrialRequest, TrialResult
+from tuner.study.trial.evaluate import TrialRequest, TrialResult
 
 __all__ = ["Finished", "Progress", "TrialBackend"]
 

@@ -1,7 +1,7 @@
 """What to try next: TPE over a view of the search's own trials, never a repeat.
 
 The sampler never runs on the stored study itself. For each new candidate, `propose()` copies
-the sampled trials (roles `baseline` and `candidate`, see `tuner.study.roles`) that are
+the sampled trials (roles `baseline` and `candidate`, see `tuner.study.search.roles`) that are
 complete, pruned or running into an in-memory study, asks a fresh TPE sampler there, and
 returns params; the driver enqueues them on the real study and runs them. Hence:
 
@@ -27,15 +27,14 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.attrs import TrialAttr
-from tuner.study.roles import counts_toward_budget, is_sampled
+from tuner.study.search.roles import counts_toward_budget, is_sampled
+from tuner.study.space import ConfigKey, config_key
 
 if TYPE_CHECKING:
     from tuner.study.space import Preset
 
 __all__ = [
-    "ConfigKey",
     "SamplerFactory",
-    "config_key",
     "derive_seed",
     "enumerate_space",
     "make_sampler",
@@ -43,7 +42,6 @@ __all__ = [
     "taken_configs",
 ]
 
-ConfigKey = tuple[tuple[str, Any], ...]
 SamplerFactory = Callable[[int | None, int], optuna.samplers.BaseSampler]
 
 # TPE gets this many tries (each with its own derived seed) before the uniform fallback; by
@@ -80,11 +78,6 @@ def derive_seed(seed: int | None, n_sampled: int, attempt: int) -> int | None:
         return None
     digest = hashlib.sha256(f"{seed}:{n_sampled}:{attempt}".encode()).digest()
     return int.from_bytes(digest[:4], "big")
-
-
-def config_key(params: dict[str, Any]) -> ConfigKey:
-    """A hashable identity of a config (the params that define its server)."""
-    return tuple(sorted(params.items()))
 
 
 def taken_configs(trials: Iterable[FrozenTrial]) -> set[ConfigKey]:

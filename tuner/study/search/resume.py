@@ -14,7 +14,7 @@ They coordinate only through Optuna's storage, the way Optuna documents it:
   and a stale heartbeat of another host (the trial may have taken its machine down) are retried
   `MAX_RETRY` times: a second one is the config's own doing.
 - **Atomic enough**: a trial is marked FAIL first (Optuna refuses a second FAIL, so exactly one
-  driver claims it) and re-queued after. A kill between the two is repaired by `sweep()`, which
+  driver claims it) and re-queued after. A kill between the two is repaired by `repair()`, which
   every start runs: an interrupted trial without its re-queued copy gets one, and rows a killed
   driver stored for a trial it never told are deleted (the re-run measures it again). No kill
   point loses a trial or the baseline, and nothing is counted twice.
@@ -39,7 +39,7 @@ from optuna.trial import FrozenTrial, TrialState
 from tuner.attrs import Role, StudyAttr, TrialAttr
 from tuner.storage import Store
 from tuner.storage.engine import keep_reconnecting
-from tuner.study.roles import counts_toward_budget, role_of
+from tuner.study.search.roles import counts_toward_budget, role_of
 
 __all__ = [
     "GRACE_PERIOD_S",
@@ -54,8 +54,8 @@ __all__ = [
     "heartbeat_storage",
     "mark_interrupted",
     "recover",
+    "repair",
     "requeue",
-    "sweep",
     "this_driver",
 ]
 
@@ -211,7 +211,7 @@ def _interrupted(t: FrozenTrial) -> bool:
     return kind == "worker_crashed" and TrialAttr.REQUEUED_FROM not in t.user_attrs
 
 
-def sweep(study: optuna.Study, store: Store | None) -> None:
+def repair(study: optuna.Study, store: Store | None) -> None:
     """Repair what a kill between two steps left: missing re-queues, rows of untold trials."""
     trials = study.get_trials(deepcopy=False)
     broken = [t for t in trials if _interrupted(t)]
@@ -255,7 +255,7 @@ def recover(study: optuna.Study, store: Store | None) -> list[int]:
         optuna.storages.fail_stale_trials(study)  # other hosts' dead drivers, by heartbeat
     still = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
     recovered.extend(sorted(running - still))
-    sweep(study, store)
+    repair(study, store)
     return recovered
 
 
@@ -271,7 +271,7 @@ def ensure_baseline(study: optuna.Study, params: dict[str, Any]) -> bool:
 
 
 def counted(trials: Iterable[FrozenTrial]) -> int:
-    """Trials of the budget so far (see `tuner.study.roles.counts_toward_budget`)."""
+    """Trials of the budget so far (see `tuner.study.search.roles.counts_toward_budget`)."""
     return sum(1 for t in trials if counts_toward_budget(t))
 
 

@@ -244,7 +244,7 @@ def workload_reductions(
     """The preset with knob values that cannot matter for its workload dropped, and why.
 
     Args:
-        preset: The preset to run (after `tuner.study.preflight`).
+        preset: The preset to run (after `tuner.study.preflight.checks`).
         model_config: The model's config.json (`read_model_config`); None: KV not reduced.
     """
     space, base = preset.space, preset.baseline_params()

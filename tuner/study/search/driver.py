@@ -7,9 +7,9 @@ Lifecycle of `optimize()`:
 2. Start Ray: a private local instance (its own temp dir and ports, so two studies on one
    machine run side by side), or join `--ray-address` after checking it answers.
 3. Open the storage (migrating tuner's tables) and create or load the study, with Optuna's
-   RDB heartbeat so several drivers can share it (`tuner.study.resume`).
+   RDB heartbeat so several drivers can share it (`tuner.study.search.resume`).
 4. Reap vLLM servers orphaned on this host by a killed run.
-5. Run `tuner.study.loop.StudyLoop` on a `RayBackend` (one worker actor per GPU slot).
+5. Run `tuner.study.search.loop.StudyLoop` on a `RayBackend` (one worker actor per GPU slot).
 6. On Ctrl-C/SIGTERM: stop the running trials, re-queue them as interrupted, leave no server.
 """
 
@@ -30,24 +30,24 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import optuna
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import FrozenTrial
 
 from tuner import __version__
-from tuner.attrs import StudyAttr, TrialAttr
+from tuner.attrs import StudyAttr, TrialAttr, is_feasible
 from tuner.errors import ConfigError, StudyError
 from tuner.models import MODEL_NAMES, prepare
 from tuner.server import ServerSpec, reap_orphans
 from tuner.storage import Store, normalize_url
-from tuner.study.display import SlotView, StudyDisplay, ran_params
-from tuner.study.evaluate import ThroughputPlan, TrialRequest
-from tuner.study.loop import LoopOutcome, LoopSettings, RequestFactory, StudyLoop
-from tuner.study.preflight import preflight
-from tuner.study.progress import ProgressLines
-from tuner.study.pruning import PruneRule, ScreenRule
-from tuner.study.resume import counted, heartbeat_storage
-from tuner.study.roles import enqueue_run, is_sampled
-from tuner.study.sizing import read_model_config, workload_reductions
+from tuner.study.preflight.checks import preflight
+from tuner.study.preflight.sizing import read_model_config, workload_reductions
+from tuner.study.search.display import SlotView, StudyDisplay, ran_params
+from tuner.study.search.loop import LoopOutcome, LoopSettings, RequestFactory, StudyLoop
+from tuner.study.search.progress import ProgressLines
+from tuner.study.search.pruning import PruneRule, ScreenRule
+from tuner.study.search.resume import counted, heartbeat_storage
+from tuner.study.search.roles import enqueue_run, is_sampled
 from tuner.study.space import Preset
+from tuner.study.trial.evaluate import ThroughputPlan, TrialRequest
 
 __all__ = [
     "OptimizeOptions",
@@ -77,12 +77,13 @@ class OptimizeOptions:
     seed: int | None = 0
     show_progress: bool = True
     also_try_baseline: bool = False  # an A/A check: the baseline's config as a candidate too
-    # One plain line per event where output is not a terminal (tuner.study.progress); it lives
-    # for the whole command, so its ETA spans the search and the confirmation.
+    # One plain line per event where output is not a terminal (tuner.study.search.progress); it
+    # lives for the whole command, so its ETA spans the search and the confirmation.
     progress: ProgressLines | None = None
-    # Screen candidates on a prefix of the workload (tuner.study.pruning.ScreenRule).
-    screening: bool = False
-    # Search the preset's space as written (no tuner.study.sizing.workload_reductions).
+    # Screen candidates on a prefix of the workload (tuner.study.search.pruning.ScreenRule);
+    # None: as the preset says (`Preset.screening`).
+    screening: bool | None = None
+    # Search the preset's space as written (no tuner.study.preflight.sizing.workload_reductions).
     full_space: bool = False
 
 
@@ -109,11 +110,11 @@ def open_study(preset: Preset, options: OptimizeOptions) -> optuna.Study:
         storage=heartbeat_storage(normalize_url(options.storage_url)),
         study_name=name,
         direction="maximize",
-        # Every trial is queued with all its params (tuner.study.sampling proposes them from a
-        # view of the search's own trials), so the study's sampler only serves a queue that
+        # Every trial is queued with all its params (tuner.study.search.sampling proposes them from
+        # a view of the search's own trials), so the study's sampler only serves a queue that
         # another driver emptied first: a uniform draw, still duplicate-checked.
         sampler=optuna.samplers.RandomSampler(seed=options.seed),
-        pruner=optuna.pruners.NopPruner(),  # tuner.study.pruning decides, in the loop
+        pruner=optuna.pruners.NopPruner(),  # tuner.study.search.pruning decides, in the loop
         load_if_exists=True,
     )
     preset_json = json.loads(preset.model_dump_json())
@@ -274,7 +275,7 @@ def run_waiting(preset: Preset, options: OptimizeOptions) -> StudySummary:
 def _run(preset: Preset, options: OptimizeOptions, *, budgeted: bool) -> StudySummary:
     import ray
 
-    from tuner.study.workers import RayBackend
+    from tuner.study.trial.workers import RayBackend
 
     # The live display and the summary say what Optuna's per-trial INFO lines would.
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -309,7 +310,7 @@ def _run(preset: Preset, options: OptimizeOptions, *, budgeted: bool) -> StudySu
             preset,
             backend,
             request_factory(preset, model_path=model_path, cache_dir=options.cache_dir),
-            loop_settings(options, budgeted=budgeted),
+            loop_settings(options, budgeted=budgeted, preset=preset),
             store=store,
             display=display,
         )
@@ -339,14 +340,20 @@ def _run(preset: Preset, options: OptimizeOptions, *, budgeted: bool) -> StudySu
     return _summary(study, outcome)
 
 
-def loop_settings(options: OptimizeOptions, *, budgeted: bool) -> LoopSettings:
-    """The loop's settings for a run of `options` (`--screening` adds `ScreenRule()`)."""
+def loop_settings(
+    options: OptimizeOptions, *, budgeted: bool, preset: Preset | None = None
+) -> LoopSettings:
+    """The loop's settings for a run of `options`: screening (`ScreenRule()`) when
+    `options.screening` says so, or, when it says nothing, when the preset does."""
+    screening = options.screening
+    if screening is None:
+        screening = preset.screening if preset is not None else False
     return LoopSettings(
         n_trials=options.n_trials if budgeted else None,
         seed=options.seed,
         timeout_s=options.timeout_s,
         also_try_baseline=options.also_try_baseline and budgeted,
-        prune_rule=PruneRule(screening=ScreenRule() if options.screening else None),
+        prune_rule=PruneRule(screening=ScreenRule() if screening else None),
     )
 
 
@@ -422,13 +429,7 @@ def _summary(study: optuna.Study, outcome: LoopOutcome) -> StudySummary:
     states: dict[str, int] = {}
     for t in trials:
         states[t.state.name] = states.get(t.state.name, 0) + 1
-    feasible = [
-        t
-        for t in trials
-        if t.state == TrialState.COMPLETE
-        and not t.user_attrs.get(TrialAttr.INFEASIBLE)
-        and is_sampled(t)
-    ]
+    feasible = [t for t in trials if is_sampled(t) and is_feasible(t)]
     best: FrozenTrial | None = max(feasible, key=lambda t: t.value or 0.0, default=None)
     done = counted(trials)
     return StudySummary(

@@ -1,15 +1,15 @@
 """The study loop: ask, run on a backend, prune, tell; the one place that decides what runs.
 
 `StudyLoop.run()` is what `tuner optimize` and `tuner explain` execute (through
-`tuner.study.driver`), and what the sample-efficiency benchmark replays on a simulated backend:
-the sampler, the pruner rule, duplicate handling, constraints and the budget are this code,
-whatever runs the trials (`tuner.study.backend.TrialBackend`) and whatever storage the study
+`tuner.study.search.driver`), and what the sample-efficiency benchmark replays on a simulated
+backend: the sampler, the pruner rule, duplicate handling, constraints and the budget are this code,
+whatever runs the trials (`tuner.study.trial.backend.TrialBackend`) and whatever storage the study
 uses (an `optuna.storages.InMemoryStorage` and no `Store` are fine).
 
 Lifecycle of one `run()`:
 
 1. Recover: fail and re-queue trials of dead drivers, repair half-done recoveries
-   (`tuner.study.resume`).
+   (`tuner.study.search.resume`).
 2. Budgeted runs: queue the baseline if none is measured or queued; fix the target
    (`budget_target`).
 3. Loop: fill idle slots (queued trials first, then `propose()`d candidates, never a repeat);
@@ -35,16 +35,14 @@ import optuna
 from optuna.storages._heartbeat import BaseHeartbeat, is_heartbeat_enabled
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner.attrs import Role, TrialAttr
+from tuner.attrs import Role, TrialAttr, is_feasible
 from tuner.results.configs import describe_config_short
 from tuner.results.words import tph_label
 from tuner.storage import Store
-from tuner.study.backend import Finished, TrialBackend
-from tuner.study.display import SlotView, StudyDisplay, describe_trial
-from tuner.study.evaluate import TrialRequest
-from tuner.study.pruning import PruneRule, RunningRate
-from tuner.study.recording import record_result
-from tuner.study.resume import (
+from tuner.study.search.display import SlotView, StudyDisplay, describe_trial
+from tuner.study.search.pruning import PruneRule, RunningRate
+from tuner.study.search.recording import record_result
+from tuner.study.search.resume import (
     HEARTBEAT_INTERVAL_S,
     ask,
     budget_target,
@@ -55,19 +53,20 @@ from tuner.study.resume import (
     requeue,
     this_driver,
 )
-from tuner.study.roles import SAMPLED_ROLES, enqueue_baseline_copy, is_sampled, role_of
-from tuner.study.sampling import (
+from tuner.study.search.roles import SAMPLED_ROLES, enqueue_baseline_copy, is_sampled, role_of
+from tuner.study.search.sampling import (
     SamplerFactory,
-    config_key,
     enumerate_space,
     make_sampler,
     propose,
     taken_configs,
 )
-from tuner.study.space import Preset
+from tuner.study.space import Preset, config_key
+from tuner.study.trial.backend import Finished, TrialBackend
+from tuner.study.trial.evaluate import TrialRequest
 
 if TYPE_CHECKING:
-    from tuner.study.progress import ProgressLines
+    from tuner.study.search.progress import ProgressLines
 
 __all__ = ["LoopOutcome", "LoopSettings", "RequestFactory", "StudyLoop"]
 
@@ -336,9 +335,7 @@ class StudyLoop:
         completed = 0
         best: FrozenTrial | None = None
         for t in self._trials():
-            if not is_sampled(t) or t.state != TrialState.COMPLETE:
-                continue
-            if t.user_attrs.get(TrialAttr.INFEASIBLE):
+            if not is_sampled(t) or not is_feasible(t):
                 continue
             completed += 1
             if curve is None and role_of(t) == Role.BASELINE:
@@ -466,13 +463,7 @@ class StudyLoop:
 
 
 def _best_line(trials: list[FrozenTrial], unit: str = "tasks/h") -> str:
-    feasible = [
-        t
-        for t in trials
-        if is_sampled(t)
-        and t.state == TrialState.COMPLETE
-        and not t.user_attrs.get(TrialAttr.INFEASIBLE)
-    ]
+    feasible = [t for t in trials if is_sampled(t) and is_feasible(t)]
     if not feasible:
         return "-"
     best = max(feasible, key=lambda t: t.value or 0.0)

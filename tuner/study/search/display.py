@@ -14,7 +14,7 @@ from tuner.attrs import TrialAttr
 from tuner.results.configs import describe_config_short
 
 if TYPE_CHECKING:
-    from tuner.study.progress import ProgressLines
+    from tuner.study.search.progress import ProgressLines
 
 __all__ = ["SlotView", "StudyDisplay", "describe_trial", "ran_params"]
 
@@ -50,7 +50,7 @@ class StudyDisplay:
     """A rich Live display; `update()` redraws it. Silent when `enabled` is False.
 
     `lines`, when set, is where the study loop writes one plain line per event instead (output
-    that is not a terminal: `tuner.study.progress`).
+    that is not a terminal: `tuner.study.search.progress`).
     """
 
     total: int

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tuner.results.load import LoadSweep
+from tuner.results.load_sweep import LoadSweep
 from tuner.results.words import tph_label
 
 __all__ = ["draw_sweep", "sweep_png", "sweep_series"]

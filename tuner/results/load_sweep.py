@@ -1,7 +1,7 @@
 """Load-aware answers: the finalists' tasks/h against the number of agents, and what to export.
 
-A load sweep (`tuner sweep`, `tuner.study.sweep`) stores one `LoadSweep` in the study's user
-attributes (`SWEEP_ATTR`, JSON): per config, one `LoadPoint` per agent count, each with its
+A load sweep (`tuner sweep`, `tuner.study.stages.load_sweep`) stores one `LoadSweep` in the study's
+user attributes (`SWEEP_ATTR`, JSON): per config, one `LoadPoint` per agent count, each with its
 per-task outcomes so that configs are compared task by task at the same load
 (`tuner.metrics.paired_ratio`). From the stored data alone this module gives:
 
@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
 from tuner.metrics import PairedEstimate, RunOutcomes, paired_ratio
+from tuner.results.export_rule import export_winner
 
 __all__ = [
     "SWEEP_ATTR",
@@ -169,19 +170,19 @@ def paired_at(
 
 
 def winner_at(sweep: LoadSweep, agents: int) -> SweptConfig | None:
-    """The config to export at `agents` by the export rule: the best config whose paired
-    interval against the baseline lies above 1, else the baseline; None without a baseline."""
+    """The config to export at `agents`: `tuner.results.export_rule.export_winner` (the export
+    rule: Holm over the configs measured at that load, then the highest paired ratio) on each
+    config's run paired with the baseline's, else the baseline; None without a baseline."""
     base = sweep.baseline
     if base is None or base.at(agents) is None:
         return None
-    best, best_ratio = base, 1.0
-    for config in sweep.configs:
-        if config is base or config.at(agents) is None:
-            continue
-        est = paired_at(sweep, agents, config, base)
-        if est is not None and est.beats and est.ratio > best_ratio:
-            best, best_ratio = config, est.ratio
-    return best
+    tests = {
+        i: paired_at(sweep, agents, config, base)
+        for i, config in enumerate(sweep.configs)
+        if config is not base and config.at(agents) is not None
+    }
+    winner = export_winner(tests)
+    return base if winner is None else sweep.configs[winner]
 
 
 def _agents_word(n: int) -> str:

@@ -20,7 +20,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner.attrs import ControlKind, Role, StudyAttr, TrialAttr
+from tuner.attrs import ControlKind, Role, StudyAttr, TrialAttr, is_feasible
 from tuner.errors import StudyError
 from tuner.results.attribution import Attribution, attribute
 from tuner.server import EAGLE_STYLE
@@ -63,13 +63,9 @@ class ExplainRow:
     reused_nothing: float | None
 
 
-def _measured(t: FrozenTrial) -> bool:
-    return t.state == TrialState.COMPLETE and not t.user_attrs.get(TrialAttr.INFEASIBLE)
-
-
 def _baseline(study: optuna.Study) -> FrozenTrial:
     for t in study.get_trials(deepcopy=False):
-        if t.user_attrs.get(TrialAttr.ROLE) == Role.BASELINE and _measured(t):
+        if t.user_attrs.get(TrialAttr.ROLE) == Role.BASELINE and is_feasible(t):
             return t
     raise StudyError(
         f"study {study.study_name!r} has no finished baseline trial; run tuner optimize first"
@@ -84,7 +80,7 @@ def choose_candidate(study: optuna.Study, number: int | None) -> FrozenTrial:
         if not matches:
             raise StudyError(f"study {study.study_name!r} has no trial {number}")
         trial = matches[0]
-        if not _measured(trial) or trial.params.get("method", "none") == "none":
+        if not is_feasible(trial) or trial.params.get("method", "none") == "none":
             raise StudyError(
                 f"trial {number} is not a finished speculative trial; pick one whose method "
                 "is not 'none' and whose state is COMPLETE"
@@ -93,7 +89,7 @@ def choose_candidate(study: optuna.Study, number: int | None) -> FrozenTrial:
     speculative = [
         t
         for t in trials
-        if _measured(t)
+        if is_feasible(t)
         and t.params.get("method", "none") != "none"
         and t.user_attrs.get(TrialAttr.ROLE) == Role.CANDIDATE
     ]
@@ -173,7 +169,7 @@ def _reuse(
     if not overrides:
         for t in study.get_trials(deepcopy=False):
             if (
-                _measured(t)
+                is_feasible(t)
                 and t.params == params
                 and not t.user_attrs.get(TrialAttr.SPEC_OVERRIDES)
             ):
@@ -273,7 +269,7 @@ def explain(options: Any, trial_number: int | None = None) -> Explanation:
         trial_number: The speculative trial to explain; default the best one.
     """
     from tuner.storage import normalize_url
-    from tuner.study.driver import run_waiting
+    from tuner.study.search.driver import run_waiting
     from tuner.study.space import Preset
 
     if not options.study_name:
@@ -324,7 +320,7 @@ def explain(options: Any, trial_number: int | None = None) -> Explanation:
                 if plan.reuse is not None
                 else _control_for(study, candidate.number, plan.kind)
             )
-            if measured is None or not _measured(measured):
+            if measured is None or not is_feasible(measured):
                 raise StudyError(
                     f"the {plan.kind} control for trial {candidate.number} did not finish; "
                     "see tuner report and the server logs"

@@ -3,7 +3,7 @@
 Workers evaluate candidates and return frozen `TrialResult`s; they never touch the database.
 The hub is how the driver hears progress (for pruning and the display) and how it asks a
 worker to stop a losing trial early. `RayBackend` wraps both as the study loop's
-`tuner.study.backend.TrialBackend`.
+`tuner.study.trial.backend.TrialBackend`.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Any
 
 import ray
 
-from tuner.study.backend import Finished, Progress
-from tuner.study.evaluate import TrialRequest, TrialResult, evaluate
+from tuner.study.trial.backend import Finished, Progress
+from tuner.study.trial.evaluate import TrialRequest, TrialResult, evaluate
 from tuner.workload import RunProgress
 
 __all__ = ["ProgressHub", "RayBackend", "TrialWorker", "start_workers"]

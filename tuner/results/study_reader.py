@@ -17,14 +17,14 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner.attrs import ControlKind, Role, StudyAttr, TrialAttr, role_from
+from tuner.attrs import ControlKind, Role, StudyAttr, TrialAttr, feasible, is_infeasible, role_from
 from tuner.errors import StudyError
 from tuner.metrics import DEFAULT_NOISE, BetweenRunNoise, RunOutcomes
 from tuner.records import ServerStartRecord, ThroughputRecord, WorkloadRecord
 from tuner.results.configs import MODE_NOTES, ReuseCounts, describe_config
-from tuner.results.load import LoadSweep, sweep_from_attrs
+from tuner.results.load_sweep import LoadSweep, sweep_from_attrs
 from tuner.storage import Store, masked, normalize_url, open_engine
-from tuner.workload.probe import ProbeResult
+from tuner.workload.correctness_probe import ProbeResult
 from tuner.workload.reuse import COUNTED_REUSE_CLASSES
 
 __all__ = [
@@ -55,6 +55,10 @@ class TrialRow:
     failure_kind: str | None = None
     failure_reason: str | None = None
     pruned_at_tasks: int | None = None
+    # Screening (tuner.study.search.pruning.ScreenRule): the last rung passed, and the rung a
+    # screened-out trial stopped at (None: not screened there).
+    rung: int | None = None
+    screened_out_rung: int | None = None
     serve_command: str | None = None
     server_spec: Mapping[str, Any] | None = None
     vllm_version: str | None = None
@@ -90,7 +94,9 @@ class TrialRow:
     @property
     def feasible(self) -> bool:
         """Completed with a score, and the config could run on the card."""
-        return self.state == "complete" and not self.infeasible and self.value is not None
+        return feasible(
+            complete=self.state == "complete", value=self.value, infeasible=self.infeasible
+        )
 
     @property
     def exportable(self) -> bool:
@@ -188,7 +194,7 @@ class StudyResults:
         return [t for t in self.trials if t.infeasible or t.state == "fail"]
 
 
-# Failure kinds that say nothing about the config (tuner.study.roles.NOT_MEASURED_KINDS): the
+# Failure kinds that say nothing about the config (tuner.study.search.roles.NOT_MEASURED_KINDS): the
 # run is re-queued and runs again.
 _NOT_THE_CONFIGS_DOING = frozenset({"interrupted", "duplicate", "worker_crashed"})
 
@@ -309,10 +315,9 @@ _STATES = {
 
 def _row(trial: FrozenTrial, tables: _TrialTables) -> TrialRow:
     ua = trial.user_attrs
+    screened = ua.get(TrialAttr.SCREENED_OUT_AT)
     w = tables.workload
-    infeasible = bool(ua.get(TrialAttr.INFEASIBLE)) or any(
-        v > 0 for v in trial.constraints.values()
-    )
+    infeasible = is_infeasible(trial)
     started = [s for s in tables.starts if s.facts.kv_cache_tokens is not None]
     facts = started[-1].facts if started else None
     tph: float | None
@@ -339,6 +344,8 @@ def _row(trial: FrozenTrial, tables: _TrialTables) -> TrialRow:
         failure_kind=_opt_str(ua.get(TrialAttr.FAILURE_KIND)),
         failure_reason=_opt_str(ua.get(TrialAttr.FAILURE_REASON)),
         pruned_at_tasks=_opt_int(ua.get(TrialAttr.PRUNED_AT_TASKS)),
+        rung=_opt_int(ua.get(TrialAttr.RUNG)),
+        screened_out_rung=_opt_int(screened.get("rung")) if isinstance(screened, Mapping) else None,
         serve_command=_opt_str(ua.get(TrialAttr.SERVE_COMMAND)),
         server_spec=dict(spec) if isinstance(spec, Mapping) else None,
         vllm_version=facts.vllm_version if facts else None,

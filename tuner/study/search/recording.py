@@ -2,8 +2,8 @@
 
 Only the driver calls this. Rows are written first, in one transaction, then the trial is
 told: a driver killed in between leaves a RUNNING trial, which the next run marks interrupted
-and whose rows it deletes (`tuner.study.resume.sweep`), so nothing is counted twice. Without a
-`Store` (a simulated study in memory) only Optuna hears of the result.
+and whose rows it deletes (`tuner.study.search.resume.repair`), so nothing is counted twice. Without
+a `Store` (a simulated study in memory) only Optuna hears of the result.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from tuner.attrs import TrialAttr
 from tuner.storage import Store, TrialMeasurements
 
 if TYPE_CHECKING:
-    from tuner.study.evaluate import TrialResult
+    from tuner.study.trial.evaluate import TrialResult
 
 __all__ = ["CONSTRAINT_NAME", "measurement_attrs", "record_result"]
 

@@ -7,8 +7,8 @@ request generates `--max-tokens` tokens, `ignore_eos`), and one line per case sa
 answered, how fast, how many tokens were drafted, and whether the server is still alive. Each
 server's log is kept in `--out`; every server's process group is killed at the end.
 
-    python scripts/mtp_probe.py --model /path/to/tiny-hybrid-mtp --out /tmp/probe
-    python scripts/mtp_probe.py --model M --out D --common "--load-format dummy" \
+    python scripts/spec_serve_check.py --model /path/to/tiny-hybrid-mtp --out /tmp/probe
+    python scripts/spec_serve_check.py --model M --out D --common "--load-format dummy" \
         --case "d1=--speculative-config '{\"method\":\"mtp\",\"num_speculative_tokens\":1}'"
 
 A case's flags are split as a shell would split them (quote the JSON, as above). Without

@@ -1,12 +1,12 @@
 """Study-start checks: the space follows the installed vLLM, and the workload is long enough.
 
-Two calls in the study loop (`tuner.study.driver`):
+Two calls in the study loop (`tuner.study.search.driver`):
 
 1. `preflight(preset, cache_dir=...)` before the study is opened: ask the vLLM that
    `TUNER_VLLM_COMMAND` runs what it accepts (`tuner.server.capabilities`), leave out the
    searched knobs it lacks (one stderr line per knob), refuse fixed parts it lacks (one
    `ConfigError` line naming them), and refuse a GPU workload too short to measure
-   (`tuner.study.sizing`); a command that starts no vLLM (tuner's fake server) skips both.
+   (`tuner.study.preflight.sizing`); a command that starts no vLLM (tuner's fake server) skips both.
    It returns the preset to run, so the stored preset is the space actually searched.
 2. `StartCheck.record(study)` once the study is open: the vLLM version and the knobs it lacks
    become study attributes (`tuner explain` reads them, so it never plans a control the server
@@ -27,9 +27,9 @@ import optuna
 
 from tuner.attrs import StudyAttr
 from tuner.errors import ConfigError, StudyError
-from tuner.server.capabilities import VllmCapabilities, probe_launch_command
+from tuner.server.capabilities import VllmCapabilities, read_launch_capabilities
 from tuner.settings import get_settings
-from tuner.study.sizing import check_sizing
+from tuner.study.preflight.sizing import check_sizing
 from tuner.study.space import Preset
 
 __all__ = ["StartCheck", "lacking_knobs", "preflight"]
@@ -204,7 +204,7 @@ def preflight(
         ConfigError: a fixed part of the preset needs a flag or key this vLLM lacks, the
             vLLM cannot be asked, or a GPU workload is too short to measure.
     """
-    caps = capabilities or probe_launch_command(
+    caps = capabilities or read_launch_capabilities(
         get_settings().launch_command(), cache_dir=cache_dir
     )
     if caps is None:

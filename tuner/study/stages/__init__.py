@@ -1,0 +1,11 @@
+"""The stages after a search, each queueing extra trials through the same loop.
+
+Owns the confirmation stage (`confirm`: fresh starts of the top candidates and the baseline,
+interleaved), the load sweep (`load_sweep`: the finalists at several agent counts) and the
+controls of `tuner explain` (`controls`: the baseline cut to a candidate's KV cache, the
+candidate without block drop).
+
+May import: `tuner.study.search` (to queue and run trials), `tuner.study.trial`,
+`tuner.study.space`, `tuner.results` (the export rule and the study reader: a stage decides
+with the same rules `tuner export` uses) and tuner's lower packages.
+"""

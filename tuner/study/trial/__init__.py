@@ -1,0 +1,9 @@
+"""One trial: start a server, measure it, stop it, and the seam the search runs trials through.
+
+Owns `evaluate.evaluate` (the trainable: a frozen `TrialRequest` in, a frozen `TrialResult`
+out, no Optuna or Ray inside), the `TrialBackend` protocol (`backend`) and the Ray actors that
+implement it (`workers.RayBackend`).
+
+May import: `tuner.server`, `tuner.workload`, `tuner.metrics`, `tuner.records` and
+`tuner.errors`. Nothing else of `tuner.study`: a trial knows no sampler, study or storage.
+"""
