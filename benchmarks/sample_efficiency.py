@@ -1,8 +1,8 @@
 """How fast the search finds the best config: seeded studies replayed over a recorded grid.
 
-Every study runs tuner's own loop (`tuner.study.loop.StudyLoop`: sampler, pruner rule,
+Every study runs tuner's own loop (`tuner.study.search.loop.StudyLoop`: sampler, pruner rule,
 duplicate handling, constraints, budget) on a simulated-clock backend that answers from the
-grid recorded by `benchmarks/record_grid.py` (`benchmarks/_replay.py`: noise by resampling the
+grid recorded by `benchmarks/record_grid.py` (`benchmarks/_grid_replay.py`: noise by resampling the
 recorded per-task outcomes; a trial costs its recorded seconds, a pruned one what it ran). At
 10%, 25% and 50% of the grid's cost (slot-seconds: with several slots, the time of all of
 them) the study's answer is what `tuner export` would pick (`tuner.results.export
@@ -16,7 +16,7 @@ them) the study's answer is what `tuner export` would pick (`tuner.results.expor
 Searches: tuner's (its sampler and pruner, as shipped), random search (uniform draws, the same
 pruner), the grid in order (every config in `record_grid.grid` order, none pruned, as a sweep
 would), and `tuner optimize`'s CPU default: the search, then confirmation (`--confirm 1,2`,
-through `tuner.study.confirm`'s own planning and the same loop); its cells also give what the
+through `tuner.study.stages.confirm`'s own planning and the same loop); its cells also give what the
 answer cost in all. Goal (issue 12): hit >= 90% at 25% of the grid's cost, above random search.
 
     python benchmarks/sample_efficiency.py [--seeds 100] [--data FILE] [--jobs N] [--variants]
@@ -52,19 +52,20 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from _replay import DATA, LARGE_DATA, SCREEN_RULES, GridTable, config_key
-from _replay_backend import ReplayBackend
+from _grid_replay import DATA, LARGE_DATA, SCREEN_RULES, GridTable
+from _grid_replay_backend import GridReplayBackend
 
 from tuner.attrs import TrialAttr
 from tuner.errors import StudyError
 from tuner.results import decision
 from tuner.results.export import choose_export
-from tuner.results.loading import StudyResults, TrialRow
-from tuner.study.confirm import plan_confirmation, queue_rounds
-from tuner.study.driver import request_factory
-from tuner.study.loop import LoopSettings, StudyLoop
-from tuner.study.pruning import PruneRule
-from tuner.study.sampling import SamplerFactory, make_sampler
+from tuner.results.study_reader import StudyResults, TrialRow
+from tuner.study.search.driver import request_factory
+from tuner.study.search.loop import LoopSettings, StudyLoop
+from tuner.study.search.pruning import PruneRule
+from tuner.study.search.sampling import SamplerFactory, make_sampler
+from tuner.study.space import config_key
+from tuner.study.stages.confirm import plan_confirmation, queue_rounds
 
 BUDGETS = (0.10, 0.25, 0.50)
 SLOTS = (1, 2, 4)
@@ -178,7 +179,7 @@ def _row(trial: optuna.trial.FrozenTrial, sim_result: Any) -> TrialRow:
     )
 
 
-class _Recorder(ReplayBackend):
+class _Recorder(GridReplayBackend):
     """The backend, keeping each result for the export rule."""
 
     def __init__(self, *args: Any) -> None:
@@ -291,7 +292,7 @@ def _run_confirmed(table: GridTable, search: Search, slots: int, seed: int) -> S
     return StudyRun(tuple(hits), None, n_runs, tuple(spent))
 
 
-def _time_at(backend: ReplayBackend, spent: float) -> float:
+def _time_at(backend: GridReplayBackend, spent: float) -> float:
     """The clock time at which the study had used `spent` slot-seconds (bisection)."""
     lo, hi = 0.0, max((e for _, e in backend.spans.values()), default=0.0)
     if backend.spent(hi) <= spent:
@@ -374,6 +375,11 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, default=100)
     parser.add_argument("--data", type=Path, default=LARGE_DATA if LARGE_DATA.is_file() else DATA)
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument(
+        "--slots",
+        default=",".join(map(str, SLOTS)),
+        help="slot counts to replay, e.g. 1 (the README's rows are one slot)",
+    )
     parser.add_argument("--variants", action="store_true", help="also the settings compared")
     parser.add_argument(
         "--out", type=Path, help="the Markdown table (and .json); default: named after --data"
@@ -421,16 +427,20 @@ def main() -> int:
             file=sys.stderr,
         )
         return 2
-    jobs = [(i, k, s) for i in range(len(SEARCHES_ALL)) for k in SLOTS for s in range(args.seeds)]
+    slots = tuple(int(x) for x in args.slots.split(","))
+    jobs = [(i, k, s) for i in range(len(SEARCHES_ALL)) for k in slots for s in range(args.seeds)]
     out: dict[tuple[int, int], list[StudyRun]] = {}
     with ProcessPoolExecutor(args.jobs, initializer=_init, initargs=(str(args.data),)) as pool:
         for i, k, run in pool.map(_one, jobs, chunksize=8):
             out.setdefault((i, k), []).append(run)
     took = time.monotonic() - t0
-    lines, rows = _table(table, out, args.seeds, took)
+    lines, rows = _table(table, out, args.seeds, took, slots)
     grid = grid_facts(table, args.data, args.seeds, took)
+    grid["knob_lines"] = knob_lines(grid)  # as the README quotes them
     verdict = verdict_lines(grid, rows)
     lines += verdict
+    lines += ["", "What the memory knobs changed on this grid (one run per config):"]
+    lines += [f"- {x}" for x in grid["knob_lines"]]
     print("\n".join(lines))
     doc = _write(args.out, lines, rows, grid, [line for line in verdict if line])
     return write_readme(args.readme, doc) if args.readme is not None else 0
@@ -450,16 +460,105 @@ def _rel(path: Path) -> str:
         return str(path)
 
 
+def space_words(table: GridTable) -> str:
+    """The recorded space in a line: what was searched, and at which values."""
+    s = table.preset.space
+
+    def span(r: Any) -> str:
+        return f"{r.low}-{r.high}" if r.high > r.low else f"{r.low}"
+
+    kv = ", ".join(f"{b / 1e6:,.0f} MB" for b in s.kv_cache_memory_bytes or ())
+    seqs = ", ".join(str(n) for n in s.max_num_seqs)
+    return (
+        f"no speculation and n-gram depth {span(s.num_speculative_tokens)} with lookup "
+        f"min {span(s.prompt_lookup_min)} (max {span(s.prompt_lookup_max)}), KV cache {kv}, "
+        f"max_num_seqs {seqs}"
+    )
+
+
+def knob_effects(table: GridTable) -> dict[str, dict[str, Any]]:
+    """What each two-valued memory knob changed: for every pair of configs that differ only
+    in it, the ratio of their recorded tasks/h (high value over low); the evidence behind the
+    space reductions (`tuner.study.preflight.sizing.workload_reductions`)."""
+    out: dict[str, dict[str, Any]] = {}
+    space = table.preset.space
+    for knob, values in (
+        ("max_num_seqs", space.max_num_seqs),
+        ("kv_cache_memory_bytes", space.kv_cache_memory_bytes or ()),
+    ):
+        if len(values) != 2:
+            continue
+        low, high = sorted(values)
+        ratios = []
+        for c in table.configs.values():
+            if c.params.get(knob) != low or not c.ok:
+                continue
+            twin = table.configs.get(config_key({**c.params, knob: high}))
+            if twin is not None and twin.ok and c.tasks_per_hour > 0:
+                ratios.append(twin.tasks_per_hour / c.tasks_per_hour)
+        if ratios:
+            ratios.sort()
+            out[knob] = {
+                "low": low,
+                "high": high,
+                "pairs": len(ratios),
+                "median": round(statistics.median(ratios), 3),
+                "range": [round(ratios[0], 3), round(ratios[-1], 3)],
+            }
+    return out
+
+
+def repeat_cv(table: GridTable) -> float | None:
+    """Run-to-run spread of tasks/h: the pooled coefficient of variation over the configs
+    recorded more than once (each a fresh server start)."""
+    by_key: dict[str, list[float]] = {}
+    for r in table.data["runs"]:
+        if r["failure_kind"] is None and r.get("tasks_per_hour"):
+            by_key.setdefault(config_key(r["params"]), []).append(float(r["tasks_per_hour"]))
+    terms = [
+        (statistics.variance(v) / statistics.fmean(v) ** 2, len(v) - 1)
+        for v in by_key.values()
+        if len(v) > 1
+    ]
+    df = sum(d for _, d in terms)
+    return round((sum(t * d for t, d in terms) / df) ** 0.5, 4) if df else None
+
+
+def knob_lines(grid: dict[str, Any]) -> list[str]:
+    """One sentence per two-valued knob: what its higher value changed, beside the noise."""
+    noise = grid.get("repeat_cv")
+    words = {"max_num_seqs": "max_num_seqs", "kv_cache_memory_bytes": "KV cache"}
+    out = []
+    for knob, e in grid.get("knobs", {}).items():
+        low, high = e["low"], e["high"]
+        if knob == "kv_cache_memory_bytes":
+            low, high = f"{low / 1e6:,.0f} MB", f"{high / 1e6:,.0f} MB"
+        out.append(
+            f"{words.get(knob, knob)} {high} against {low}: x{e['median']:.3f} median tasks/h "
+            f"ratio over {e['pairs']} config pairs that differ only there "
+            f"(x{e['range'][0]:.3f}-x{e['range'][1]:.3f})"
+        )
+    if out and noise is not None:
+        out.append(f"run-to-run CV of tasks/h over the repeated configs: {noise:.1%}")
+    return out
+
+
 def grid_facts(table: GridTable, data: Path, seeds: int, took: float) -> dict[str, Any]:
     """What the README says of the grid itself."""
     best = max(table.configs.values(), key=lambda c: c.tasks_per_hour)
+    walls = [float(r["wall_s"]) for r in table.data["runs"]]
     return {
         "data": _rel(data),
         "configs": len(table.configs),
+        "space": space_words(table),
+        "machine": table.data.get("machine"),
+        "run_s": [round(min(walls)), round(max(walls))] if walls else None,
         "runs": len(table.data["runs"]),
         "cost_min": round(table.grid_cost_s() / 60, 1),
         "best_tasks_per_hour": round(best.tasks_per_hour),
         "near_best": sum(table.near_best(c.key) for c in table.configs.values()),
+        "knobs": knob_effects(table),
+        "repeat_cv": repeat_cv(table),
         "seeds": seeds,
         "took_s": round(took),
         "partial": table.partial,
@@ -564,10 +663,18 @@ def render_readme(doc: dict[str, Any]) -> str:
     grid = doc["grid"]
     src = f"<!-- source: {doc['out']} -->"
     budgets = list(doc["rows"][0]["hit"])
+    space = (
+        f" ({grid['space']}; {grid['runs']} runs of {grid['run_s'][0]}-{grid['run_s'][1]} s each, "
+        "repeats included; the space is cut where benchmarks/record_grid.py's docstring says: "
+        "each further value of a knob multiplies the hours of recording)"
+        if grid.get("space") and grid.get("run_s")
+        else ""
+    )
     intro = (
         f"Replayed over a grid recorded on the real CPU build (`{doc['command']}`, "
-        f"{grid['took_s']} s, no vLLM; replay mode: load shape): {grid['configs']} configs, "
-        f"{grid['cost_min']} min to run them all, best {grid['best_tasks_per_hour']} tasks/h, "
+        f"{grid['took_s']} s, no vLLM; replay mode: load shape): {grid['configs']} configs"
+        f"{space}, {grid['cost_min']} min to run them all, best "
+        f"{grid['best_tasks_per_hour']} tasks/h, "
         f"{grid['near_best']} configs within 5% of it. hit@B: the share of {grid['seeds']} seeds "
         "whose export is within 5% of the best after B of the grid's cost (startup included), "
         'one slot; "+ screening": a candidate stops at a rung when even its optimistic rate '
@@ -594,7 +701,17 @@ def render_readme(doc: dict[str, Any]) -> str:
                 cells.append(cell)
             out.append(f"| {name} | " + " | ".join(cells) + f" | {r['trials']:.0f} |")
     verdict = " ".join(x.removeprefix("- ") for x in doc["verdict"])
-    out += ["", src, *_wrap(verdict), END]
+    out += ["", src, *_wrap(verdict)]
+    knobs = grid.get("knob_lines")
+    if knobs:
+        text = (
+            "What the memory knobs changed (the evidence for dropping values the workload "
+            "cannot use, `tuner.study.preflight.sizing.workload_reductions`): "
+            + "; ".join(knobs)
+            + "."
+        )
+        out += ["", src, *_wrap(text)]
+    out.append(END)
     return "\n".join(out)
 
 
@@ -613,7 +730,11 @@ def write_readme(readme: Path, doc: dict[str, Any]) -> int:
 
 
 def _table(
-    table: GridTable, out: dict[tuple[int, int], list[StudyRun]], seeds: int, took: float
+    table: GridTable,
+    out: dict[tuple[int, int], list[StudyRun]],
+    seeds: int,
+    took: float,
+    slots: tuple[int, ...] = SLOTS,
 ) -> tuple[list[str], list[dict[str, Any]]]:
     """The printed lines (a header line, the Markdown table, the time) and the rows as data."""
     lines: list[str] = []
@@ -636,7 +757,7 @@ def _table(
     lines.append(f"| search | slots | {head} | reach (median) | trials (median) |")
     lines.append("|---|---|" + "---|" * len(BUDGETS) + "---|---|")
     for i, search in enumerate(SEARCHES_ALL):
-        for k in SLOTS:
+        for k in slots:
             runs = out[(i, k)]
             shares, reach = summarize(runs)
             if search.confirm is None:

@@ -125,3 +125,27 @@ def test_cli_report_writes_markdown_html_and_pngs(
         ],
     )
     assert (out / "history.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+
+
+def test_the_config_column_says_which_screening_rung_each_trial_reached() -> None:
+    from tuner.results.study_reader import StudyResults, TrialRow
+
+    def row(number: int, state: str, **kw: object) -> TrialRow:
+        return TrialRow(
+            number=number, state=state, role="baseline" if number == 0 else "candidate",
+            params={"method": "none" if number == 0 else "ngram", "num_speculative_tokens": 2,
+                    "kv_cache_memory_bytes": 2_000_000_000, "max_num_seqs": 8},
+            value=900.0 if state == "complete" else None, tasks_per_hour=900.0, **kw,  # type: ignore[arg-type]
+        )  # fmt: skip
+
+    results = StudyResults(
+        study_name="s", storage="memory", model=None, gpu=None, mode="replay",
+        trials=(row(0, "complete"), row(1, "complete", rung=2),
+                row(2, "pruned", pruned_at_tasks=3, screened_out_rung=1),
+                row(3, "pruned", pruned_at_tasks=5)),
+    )  # fmt: skip
+    configs = report_tables(results)[0].column("config")
+    assert configs[1].endswith("(passed screening rung 2)")
+    assert configs[2].endswith("(screened out at rung 1 at 3 tasks)")
+    assert configs[3].endswith("(pruned at 5 tasks)")
+    assert "rung" not in configs[0]

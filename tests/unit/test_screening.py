@@ -1,7 +1,7 @@
 """Screening (multi-fidelity): a candidate plays a prefix and goes on only if it can still win.
 
-The rule (`tuner.study.pruning.ScreenRule`) on hand-made progress, then through tuner's real
-study loop on the recorded grid's replay (benchmarks/_replay_backend.py): screened-out trials
+The rule (`tuner.study.search.pruning.ScreenRule`) on hand-made progress, then through tuner's real
+study loop on the recorded grid's replay (benchmarks/_grid_replay_backend.py): screened-out trials
 are PRUNED, cost what they ran, and say at which rung they stopped.
 """
 
@@ -17,13 +17,14 @@ import pytest
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCH))
 
-from _replay import DATA, GridTable  # noqa: E402
-from _replay_backend import ReplayBackend  # noqa: E402
+from _grid_replay import DATA, GridTable  # noqa: E402
+from _grid_replay_backend import GridReplayBackend  # noqa: E402
 
 from tuner.attrs import Role, TrialAttr  # noqa: E402
-from tuner.study.driver import request_factory  # noqa: E402
-from tuner.study.loop import LoopSettings, StudyLoop  # noqa: E402
-from tuner.study.pruning import PruneRule, RunningRate, ScreenRule, binomial_upper  # noqa: E402
+from tuner.study.search.driver import request_factory  # noqa: E402
+from tuner.study.search.loop import LoopSettings, StudyLoop  # noqa: E402
+from tuner.study.search.pruning import PruneRule, RunningRate, ScreenRule, binomial_upper  # noqa: E402
+from tuner.study.space import load_preset  # noqa: E402
 
 RULE = ScreenRule(rungs=(1 / 4, 1 / 2), slack=0.20)
 BEST = {1: 900.0, 3: 700.0, 6: 720.0, 12: 716.0}  # the best trial's tasks/h by finished tasks
@@ -73,9 +74,9 @@ def test_clopper_pearson_upper_bounds() -> None:
     assert binomial_upper(5, 10) == pytest.approx(0.8130, abs=1e-3)  # the textbook table value
 
 
-def _study(rule: PruneRule, seed: int) -> tuple[optuna.Study, ReplayBackend, GridTable]:
+def _study(rule: PruneRule, seed: int) -> tuple[optuna.Study, GridReplayBackend, GridTable]:
     table = GridTable.load(DATA)
-    backend = ReplayBackend(table, 1, random.Random(seed))
+    backend = GridReplayBackend(table, 1, random.Random(seed))
     study = optuna.create_study(direction="maximize")
     make = request_factory(table.preset, model_path="recorded", cache_dir=Path("."))
     settings = LoopSettings(n_trials=len(table.configs), seed=seed, prune_rule=rule)
@@ -123,7 +124,7 @@ def test_tuner_optimize_screens_only_when_asked(
 
     import tuner.study as study_pkg
     from tuner.cli import app
-    from tuner.study import driver
+    from tuner.study.search import driver
 
     seen: list[driver.OptimizeOptions] = []
 
@@ -138,10 +139,19 @@ def test_tuner_optimize_screens_only_when_asked(
     base = ["optimize", "--model", "smollm2-135m", "--gpu", "cpu", "--ray-address",
             "127.0.0.1:1", "--storage", f"sqlite:///{tmp_path / 't.db'}"]  # fmt: skip
     runner = CliRunner()
-    for args in (base, [*base, "--screening"]):
+    for args in (base, [*base, "--screening"], [*base, "--no-screening"]):
         result = runner.invoke(app, args)
         assert result.exit_code == 0, result.output
-    assert [o.screening for o in seen] == [False, True]
-    off, on = (driver.loop_settings(o, budgeted=True).prune_rule for o in seen)
-    assert off.screening is None and on.screening == ScreenRule()
-    assert off.min_completed == on.min_completed  # the baseline rule is unchanged
+    assert [o.screening for o in seen] == [None, True, False]
+    unset, on, off = seen
+    screens = load_preset(model="smollm2-135m", gpu="cpu").model_copy(update={"screening": True})
+    plain = screens.model_copy(update={"screening": False})
+    # Unset: the preset decides; either flag wins over the preset.
+    assert driver.loop_settings(unset, budgeted=True, preset=plain).prune_rule.screening is None
+    assert driver.loop_settings(unset, budgeted=True, preset=screens).prune_rule.screening == (
+        ScreenRule()
+    )
+    assert driver.loop_settings(off, budgeted=True, preset=screens).prune_rule.screening is None
+    rule_on = driver.loop_settings(on, budgeted=True, preset=plain).prune_rule
+    assert rule_on.screening == ScreenRule()
+    assert rule_on.min_completed == PruneRule().min_completed  # the baseline rule is unchanged

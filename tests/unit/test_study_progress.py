@@ -9,7 +9,7 @@ from optuna.distributions import CategoricalDistribution
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.attrs import TrialAttr
-from tuner.study.progress import (
+from tuner.study.search.progress import (
     ProgressLines,
     clock,
     estimate_line,
@@ -111,6 +111,25 @@ def test_finished_lines_say_the_outcome_in_the_modes_words() -> None:
         **{TrialAttr.FAILURE_KIND: "worker_crashed", TrialAttr.FAILURE_REASON: "the worker died"},
     )  # fmt: skip
     assert finished_line(failed, "live").endswith("failed (worker_crashed): the worker died")
+
+
+def test_finished_lines_say_which_screening_rung_a_trial_reached() -> None:
+    screened = _trial(
+        TrialState.PRUNED, None,
+        **{TrialAttr.PRUNED_AT_TASKS: 3,
+           TrialAttr.SCREENED_OUT_AT: {"rung": 1, "tasks": 3, "optimistic_tasks_per_hour": 912.4,
+                                       "best_tasks_per_hour": 1433.0}},
+    )  # fmt: skip
+    assert finished_line(screened, "replay", 12).endswith(
+        "screened out at rung 1 after 3 of 12 tasks: at most 912 completed tasks/h against the "
+        "best trial's 1,433 on the same tasks"
+    )
+    passed = _trial(
+        TrialState.COMPLETE, 1500.0, **{TrialAttr.TASKS_PER_HOUR: 1500.0, TrialAttr.RUNG: 2}
+    )
+    assert finished_line(passed, "replay").endswith(
+        "scored: 1,500 completed tasks/h, passed screening rung 2"
+    )
 
 
 def test_lines_are_stamped_flushed_and_the_eta_counts_later_stages() -> None:
