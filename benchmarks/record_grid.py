@@ -36,13 +36,16 @@ candidates are within 5% of the best), so this one has 52 configurations:
 - four configurations run three times (noise): the baseline, the existing grid's best region
   (depth 4, 300 MB), a shallow aggressive one (depth 1, min 1) and one at `max_num_seqs` 2.
 
-That is 4 + 4 x 3 x 2 x 2 = 52 configurations and 8 noise repeats: 60 runs. A run on this box
-cost 147-268 s, 172 s on average, in the 10-config recording (its `wall_s`: startup, warm-up,
-the scored window and the plain benchmark), so the large grid is about 2.9 hours of server time
-on an otherwise idle box (`--dry-run` prints the plan and the estimate from the recorded
+That is 4 + 4 x 3 x 2 x 2 = 52 configurations and 8 noise repeats: 60 runs. The 10-config
+recording's runs cost 147-268 s on a box shared with other jobs; the large grid, recorded in one
+sitting on an idle box of the same kind, cost about 100-135 s a run (each run's `wall_s`:
+startup, warm-up, the scored window and the plain benchmark; and its `load_1min` at start and
+end), close to two hours in all (`--dry-run` prints the plan and the estimate from the recorded
 seconds). Cut further in each direction: the preset's third KV size (x1.5 runs), all nine
-lookup windows (x3) or `max_num_seqs` 4 (x1.5) would each push it past 4 hours, past what one
-idle evening records; depths above 4 are outside the shipped preset.
+lookup windows (x3) or `max_num_seqs` 4 (x1.5) would each make it 3-6 hours of an otherwise idle
+machine; depths above 4 are outside the shipped preset. A recording is one machine's: runs of
+a slower or busier machine are not mixed into it (the first partial recording ran about 1.4x
+slower and was recorded again from the start).
 
 Each evaluation takes the shared heavy lock (`/tmp/tuner-heavy.lock`) for itself only, so other
 users of the box interleave. The file is rewritten after every run and runs already in it are
@@ -408,12 +411,14 @@ def _dry_run(path: Path, preset: Preset, grid_plan: GridPlan, limit: int | None)
     )
     for i, (key, rep) in enumerate(todo, start=1):
         print(f"  {i:3d}. {key} rep {rep}")
-    seconds = recorded_run_seconds(DATA)
+    # This machine's own seconds where the grid has runs, else the 10-config recording's.
+    timed = path if recorded_run_seconds(path) else DATA
+    seconds = recorded_run_seconds(timed)
     if seconds:
         mean, low, high = fmean(seconds), min(seconds), max(seconds)
         print(
             f"estimate: {len(todo)} runs x {mean:.0f} s (mean of {len(seconds)} runs in "
-            f"{DATA.name}, {low:.0f}-{high:.0f} s) = {len(todo) * mean / 3600:.1f} h of server "
+            f"{timed.name}, {low:.0f}-{high:.0f} s) = {len(todo) * mean / 3600:.1f} h of server "
             f"time on an idle box ({len(todo) * low / 3600:.1f}-{len(todo) * high / 3600:.1f} h "
             "at the fastest and slowest recorded run), plus any wait for the heavy lock"
         )
