@@ -330,6 +330,11 @@ def _done(data: dict[str, Any]) -> set[tuple[str, int]]:
     return {(k, rep) for k, n in counts.items() for rep in range(n)}
 
 
+def _runs_of(data: dict[str, Any], key: str) -> int:
+    """How many runs of the config `key` the data file holds."""
+    return sum(1 for r in data["runs"] if config_key(r["params"]) == key)
+
+
 def _append(path: Path, entries: list[dict[str, Any]]) -> None:
     """Add runs to the file under its own lock: the recorder and a harvest may both write."""
     with DATA_LOCK.open("a") as lock:
@@ -430,7 +435,9 @@ def _record(path: Path, preset: Preset, grid_plan: GridPlan, limit: int | None) 
     cache = get_settings().cache_path()
     model_path = str(prepare(preset.model.prepare or "smollm2-135m", cache))
     done = _done(_load(path) or {"runs": []})
-    todo = [run for run in plan(preset, grid_plan.noise) if run not in done]
+    full_plan = plan(preset, grid_plan.noise)
+    planned = {k: sum(1 for key, _ in full_plan if key == k) for k, _ in full_plan}
+    todo = [run for run in full_plan if run not in done]
     if limit is not None:
         todo = todo[:limit]
     print(f"{len(todo)} runs to go", flush=True)
@@ -450,8 +457,12 @@ def _record(path: Path, preset: Preset, grid_plan: GridPlan, limit: int | None) 
         with LOCK.open("a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             waited = time.monotonic() - waited
-            if (key, rep) in _done(_load(path) or {"runs": []}):
-                continue  # a harvest covered it while this waited for the lock
+            # Skip only when the config already has every run the plan asks of it (a harvest
+            # may have added one while this waited for the lock). A per-repeat check skipped a
+            # needed run when a later repeat happened to be recorded first: the plan's repeats
+            # are counts, not labels.
+            if _runs_of(_load(path) or {"runs": []}, key) >= planned[key]:
+                continue
             load_before = os.getloadavg()[0]
             request = TrialRequest(
                 study_name="grid",
