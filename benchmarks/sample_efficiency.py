@@ -684,7 +684,8 @@ def _wrap(text: str) -> list[str]:
 def render_readme(doc: dict[str, Any]) -> str:
     """The README's section (between BEGIN and END) from what a run wrote (its JSON)."""
     grid = doc["grid"]
-    src = f"<!-- source: {doc['out']} -->"
+    # The table is in the Markdown file; the grid's facts (space, knobs, noise) in its JSON.
+    src = f"<!-- source: {doc['out']}, {Path(doc['out']).with_suffix('.json').as_posix()} -->"
     budgets = list(doc["rows"][0]["hit"])
     space = (
         f" ({grid['space']}; {grid['runs']} runs of {grid['run_s'][0]}-{grid['run_s'][1]} s each, "
@@ -727,11 +728,8 @@ def render_readme(doc: dict[str, Any]) -> str:
     out += ["", src, *_wrap(verdict)]
     knobs = grid.get("knob_lines")
     if knobs:
-        text = (
-            "What the memory knobs changed (the evidence for dropping values the workload "
-            "cannot use, `tuner.study.preflight.sizing.workload_reductions`): "
-            + "; ".join(knobs)
-            + "."
+        text = "What the memory knobs changed (evidence for the space reductions): " + (
+            "; ".join(knobs) + "."
         )
         out += ["", src, *_wrap(text)]
     out.append(END)

@@ -29,7 +29,7 @@ def _section(text: str) -> str:
 
 def _source_json(section: str) -> Path:
     line = next(x for x in section.splitlines() if x.startswith("<!-- source: "))
-    md = line.removeprefix("<!-- source: ").removesuffix(" -->")
+    md = line.removeprefix("<!-- source: ").removesuffix(" -->").split(",")[0].strip()
     return ROOT / Path(md).with_suffix(".json")
 
 
