@@ -226,26 +226,40 @@ def plan(
 ) -> list[tuple[str, int]]:
     """(config key, repeat) in run order.
 
-    First the configs with the baseline's KV cache (a complete part of the grid that a replay
-    can use while the rest records), then the baseline's repeats (the noise model needs one
-    config run twice), then the other KV cache sizes, then the other repeats. Each part is
-    shuffled once (seeded) so drift over the hours spreads over the configs.
+    Every config once, in one seeded shuffle, with the noise repeats spread evenly through it
+    (the baseline's first, so a partial recording can already be replayed). An earlier plan
+    recorded the configs with the baseline's KV cache first and the other size an hour later:
+    the large grid's KV figure cannot be told from that hour's drift (its repeats read lower
+    late than early), which is why `benchmarks/knob_ab.py` measures a knob interleaved. Spread
+    out, the repeats see drift, and no knob's values are recorded at different times.
     """
-    base = preset.baseline_params()
-    configs = list(grid(preset))
-    first = [
-        config_key(p)
-        for p in configs
-        if p["kv_cache_memory_bytes"] == base["kv_cache_memory_bytes"]
-    ]
-    rest = [config_key(p) for p in configs if config_key(p) not in first]
-    random.Random(12).shuffle(first)
-    random.Random(13).shuffle(rest)
+    configs = [config_key(p) for p in grid(preset)]
+    random.Random(12).shuffle(configs)
     repeats = [(config_key(p), r) for p in noise for r in range(1, NOISE_REPEATS + 1)]
-    base_repeats = [(k, r) for k, r in repeats if k == config_key(base)]
+    base = config_key(preset.baseline_params())
+    base_repeats = [(k, r) for k, r in repeats if k == base]
     other_repeats = [run for run in repeats if run not in base_repeats]
     random.Random(14).shuffle(other_repeats)
-    return [(k, 0) for k in first] + base_repeats + [(k, 0) for k in rest] + other_repeats
+    spread = base_repeats + other_repeats
+    out: list[tuple[str, int]] = [(k, 0) for k in configs]
+    # Repeat j goes after config round((j + 1) x N / (R + 1)): evenly through the recording.
+    for j, run in reversed(list(enumerate(spread))):
+        out.insert(round((j + 1) * len(configs) / (len(spread) + 1)), run)
+    # A config's repeat never runs before its first run (the noise needs the same server twice).
+    seen: set[str] = set()
+    ordered: list[tuple[str, int]] = []
+    late: list[tuple[str, int]] = []
+    for key, rep in out:
+        if rep == 0:
+            seen.add(key)
+            ordered.append((key, rep))
+            ordered += [run for run in late if run[0] == key]
+            late = [run for run in late if run[0] != key]
+        elif key in seen:
+            ordered.append((key, rep))
+        else:
+            late.append((key, rep))
+    return ordered + late
 
 
 def _run_entry(key: str, rep: int, result: TrialResult, progress: list[list[float]]) -> dict:
@@ -431,7 +445,63 @@ def _dry_run(path: Path, preset: Preset, grid_plan: GridPlan, limit: int | None)
     return 0
 
 
+COLD_START_FACTOR = 2.0  # a server start this many times the grid's median is a cold cache
+
+
+def cold_start(result: TrialResult, data: dict[str, Any]) -> str | None:
+    """Why `result` is a cold compile cache's run and not the config's (None: it is the config's).
+
+    vLLM's CPU build compiles its model graph at the first start on a machine (and again for
+    shapes it has not seen); the first run after a fresh install started in 192 s against a
+    median of about 52 s, and its scored window crawled while shapes compiled. Such a run says
+    how new the machine is, not how fast the config serves, so it is not recorded: a run whose
+    server start took more than `COLD_START_FACTOR` times the median start of the grid's
+    completed runs (once it has five) is run again.
+    """
+    starts = sorted(r["startup_s"] for r in data["runs"] if r.get("tasks_per_hour"))
+    if len(starts) < 5 or result.failure_kind is not None:
+        return None
+    median = starts[len(starts) // 2]
+    if result.startup_s <= COLD_START_FACTOR * median:
+        return None
+    return (
+        f"cold compile cache (or a slower machine): the server started in "
+        f"{result.startup_s:.0f} s, more than {COLD_START_FACTOR:g}x the grid's median start "
+        f"({median:.0f} s)"
+    )
+
+
+def cpu_of(machine: dict[str, Any]) -> dict[str, Any]:
+    """What makes two machines' runs comparable: CPU model, family/model, vector flags, cores."""
+    keys = ("cpu_model", "cpu_family_model", "simd_flags", "cores")
+    return {k: machine.get(k) for k in keys}
+
+
+def other_machine(data: dict[str, Any], here: dict[str, Any]) -> str | None:
+    """Why this machine may not add runs to `data` (None: it may).
+
+    A grid is one machine's: on 2026-12-02 a Zen 3 box (CPU family/model 25/1, AVX2 without
+    AVX-512) started the CPU build's server in 190-245 s where the Zen 4 box (25/17, AVX-512
+    with bf16) that recorded the grid took about 52 s, and its scored window crawled at 4-16
+    tokens/s. Runs recorded since then carry their CPU (`cpu_of`); one that differs is refused.
+    """
+    for r in data["runs"]:
+        theirs = r.get("cpu")
+        if theirs is not None and theirs != here:
+            return (
+                f"the file's runs were recorded on another machine ({theirs}); this one is "
+                f"{here}: record a new grid here (--out FILE), a grid is one machine's"
+            )
+    return None
+
+
 def _record(path: Path, preset: Preset, grid_plan: GridPlan, limit: int | None) -> int:
+    from _machine import machine_record
+
+    here = cpu_of(machine_record())
+    if why := other_machine(_load(path) or {"runs": []}, here):
+        print(f"{path}: {why}", file=sys.stderr)
+        return 2
     cache = get_settings().cache_path()
     model_path = str(prepare(preset.model.prepare or "smollm2-135m", cache))
     done = _done(_load(path) or {"runs": []})
@@ -446,6 +516,7 @@ def _record(path: Path, preset: Preset, grid_plan: GridPlan, limit: int | None) 
         requests=preset.throughput_requests,
         output_tokens=preset.throughput_output_tokens,
     )
+    redone: set[tuple[str, int]] = set()
     for i, (key, rep) in enumerate(todo):
         params = json.loads(key)
         progress: list[list[float]] = []
@@ -476,11 +547,24 @@ def _record(path: Path, preset: Preset, grid_plan: GridPlan, limit: int | None) 
                 tokenizer=model_path if Path(model_path).is_dir() else None,
             )
             result = evaluate(request, on_progress=on_progress)
+        if cold := cold_start(result, _load(path) or {"runs": []}):
+            # Not this config's cost: run it again at the end (once; a resume tries again).
+            again = (key, rep) not in redone
+            print(
+                f"[{i + 1}/{len(todo)}] {key} rep {rep}: {cold}; not kept"
+                + ("; it runs again at the end" if again else ""),
+                flush=True,
+            )
+            if again:
+                redone.add((key, rep))
+                todo.append((key, rep))
+            continue
         entry = _run_entry(key, rep, result, progress)
         # The 1-minute load average as the run started and ended: a run is evidence only on an
         # otherwise idle box (vLLM itself keeps the load near 2 on 2 cores).
         entry["load_1min"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
         entry["recorded_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        entry["cpu"] = here
         _append(path, [entry])
         print(
             f"[{i + 1}/{len(todo)}] {entry['recorded_at']} {key} rep {rep}: "

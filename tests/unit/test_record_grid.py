@@ -99,3 +99,43 @@ def test_the_replay_reads_a_large_grid_file_and_its_finished_half_alone() -> Non
     half = [r for r in data["runs"] if r["params"]["kv_cache_memory_bytes"] == 2_000_000_000]
     partial = GridTable({**data, "runs": half})
     assert partial.partial and len(partial.configs) == 26
+
+
+def test_a_cold_compile_cache_run_is_not_recorded_as_the_config() -> None:
+    import json
+
+    from tuner.server.spec import ServerSpec
+    from tuner.study.trial.evaluate import TrialResult
+
+    data = json.loads(record_grid.LARGE_DATA.read_text())
+    starts = sorted(r["startup_s"] for r in data["runs"] if r.get("tasks_per_hour"))
+    median = starts[len(starts) // 2]
+    spec = ServerSpec(model="m")
+
+    def run(startup_s: float, failure: str | None = None) -> TrialResult:
+        return TrialResult(0, spec, startup_s=startup_s, failure_kind=failure)
+
+    # The first run on a fresh machine (192 s to start, measured) against the grid's starts.
+    why = record_grid.cold_start(run(192.0), data)
+    assert why is not None and f"({median:.0f} s)" in why
+    # The grid's own slowest start is a run like the others.
+    assert record_grid.cold_start(run(max(starts)), data) is None
+    # A failed start is recorded as the failure it is; a file with few runs judges nothing.
+    assert record_grid.cold_start(run(192.0, "startup_timeout"), data) is None
+    assert record_grid.cold_start(run(192.0), {"runs": data["runs"][:3]}) is None
+
+
+def test_runs_of_another_cpu_are_refused_and_the_legacy_file_is_not() -> None:
+    zen4 = {"cpu_model": "AMD EPYC", "cpu_family_model": "25/17", "simd_flags": ["avx512f"]}
+    zen3 = {"cpu_model": "AMD EPYC", "cpu_family_model": "25/1", "simd_flags": ["avx2"]}
+    recorded = {"runs": [{"params": {}, "cpu": {**zen4, "cores": 2}}]}
+    why = record_grid.other_machine(recorded, {**zen3, "cores": 2})
+    assert why is not None and "25/17" in why and "--out" in why
+    assert record_grid.other_machine(recorded, {**zen4, "cores": 2}) is None
+    # Same CPU, other core count: its runs do not mix either.
+    assert record_grid.other_machine(recorded, {**zen4, "cores": 4}) is not None
+    # The large grid's runs predate the CPU record; they refuse nobody.
+    import json
+
+    legacy = json.loads(record_grid.LARGE_DATA.read_text())
+    assert record_grid.other_machine(legacy, {**zen3, "cores": 2}) is None
