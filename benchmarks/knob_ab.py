@@ -31,15 +31,11 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from _machine import machine_record
-
-from tuner.metrics import RunOutcomes, paired_ratio
-from tuner.models import prepare
-from tuner.settings import get_settings
-from tuner.study.space import config_key
-from tuner.study.trial.evaluate import ThroughputPlan, TrialRequest, TrialResult, evaluate
+if TYPE_CHECKING:
+    from tuner.metrics import RunOutcomes
+    from tuner.study.trial.evaluate import TrialResult
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 DEFAULT_A: dict[str, Any] = {
@@ -93,6 +89,8 @@ def _locked(path: str | None) -> Iterator[None]:
 
 
 def _outcomes(result: TrialResult) -> RunOutcomes:
+    from tuner.metrics import RunOutcomes
+
     assert result.workload is not None
     return RunOutcomes.of(result.workload.task_records, result.workload.scored_wall_s)
 
@@ -147,8 +145,16 @@ def main() -> int:
         print("knob_ab: --rounds must be at least 2 (one round cannot see drift)", file=sys.stderr)
         return 2
     b = {**a, knob: value}
+    # Imported once the input is good: a bad argument is answered before vLLM is touched.
     sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _machine import machine_record
     from record_grid import PLANS
+
+    from tuner.metrics import paired_ratio
+    from tuner.models import prepare
+    from tuner.settings import get_settings
+    from tuner.study.space import config_key
+    from tuner.study.trial.evaluate import ThroughputPlan, TrialRequest, evaluate
 
     preset = PLANS["large"].preset()
     cache = get_settings().cache_path()
