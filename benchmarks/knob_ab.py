@@ -23,13 +23,10 @@ The default A is the noise config the grid ran at `max_num_seqs` 2 (n-gram depth
 from __future__ import annotations
 
 import argparse
-import contextlib
-import fcntl
 import json
 import math
 import os
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -76,16 +73,6 @@ def _parse_knob(text: str) -> tuple[str, Any]:
         return name, json.loads(value)
     except ValueError:
         return name, value
-
-
-@contextlib.contextmanager
-def _locked(path: str | None) -> Iterator[None]:
-    if path is None:
-        yield
-        return
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        yield
 
 
 def _outcomes(result: TrialResult) -> RunOutcomes:
@@ -147,6 +134,7 @@ def main() -> int:
     b = {**a, knob: value}
     # Imported once the input is good: a bad argument is answered before vLLM is touched.
     sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _evaluate import locked, request_for
     from _machine import machine_record
     from record_grid import PLANS
 
@@ -154,7 +142,7 @@ def main() -> int:
     from tuner.models import prepare
     from tuner.settings import get_settings
     from tuner.study.space import config_key
-    from tuner.study.trial.evaluate import ThroughputPlan, TrialRequest, evaluate
+    from tuner.study.trial.evaluate import evaluate
 
     preset = PLANS["large"].preset()
     cache = get_settings().cache_path()
@@ -164,18 +152,10 @@ def main() -> int:
     loads: list[float] = []
     for n, name in enumerate(order(args.rounds)):
         params = configs[name]
-        request = TrialRequest(
-            study_name="knob-ab",
-            trial_number=n,
-            params=params,
-            spec=preset.server_spec(params, model_path=model_path),
-            workload=preset.workload,
-            cache_dir=str(cache),
-            startup_timeout_s=preset.startup_timeout_s,
-            throughput=ThroughputPlan(streams=()),
-            tokenizer=model_path if Path(model_path).is_dir() else None,
+        request = request_for(
+            preset, params, model_path=model_path, cache_dir=cache, study="knob-ab", number=n
         )
-        with _locked(args.lock):
+        with locked(args.lock):
             loads.append(round(os.getloadavg()[0], 2))
             result = evaluate(request)
         if result.workload is None or result.failure_kind:

@@ -22,14 +22,12 @@ records. With `--lock FILE` each server start takes that flock(2) lock.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import fcntl
 import json
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from _evaluate import locked
 from _machine import baseline_and_ngram, load_average, machine_record
 
 from tuner.metrics.correctness import (
@@ -45,19 +43,6 @@ from tuner.workload.correctness_probe import PROBE_IN_FLIGHT, ProbeResult, run_p
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "correctness-probe.md"
-
-
-@contextlib.contextmanager
-def _locked(path: str | None) -> Iterator[None]:
-    if path is None:
-        yield
-        return
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _differing(a: ProbeResult, b: ProbeResult) -> int:
@@ -101,7 +86,7 @@ def main() -> int:
     loads = []
     for server, params, runs in plan:
         spec = preset.server_spec(params, model_path=model_path)
-        with _locked(args.lock):
+        with locked(args.lock):
             loads.append(load_average()[0])
             with launcher.launch(spec, timeout_s=preset.startup_timeout_s) as handle:
                 for run in runs:

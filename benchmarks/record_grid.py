@@ -72,10 +72,12 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
+from _evaluate import request_for
+
 from tuner.models import prepare
 from tuner.settings import get_settings
 from tuner.study.space import Preset, config_key, load_preset
-from tuner.study.trial.evaluate import ThroughputPlan, TrialRequest, TrialResult, evaluate
+from tuner.study.trial.evaluate import ThroughputPlan, TrialResult, evaluate
 from tuner.workload import RunProgress
 
 DATA = Path(__file__).resolve().parent / "data" / "grid-smollm2-135m-cpu.json"
@@ -535,16 +537,14 @@ def _record(path: Path, preset: Preset, grid_plan: GridPlan, limit: int | None) 
             if _runs_of(_load(path) or {"runs": []}, key) >= planned[key]:
                 continue
             load_before = os.getloadavg()[0]
-            request = TrialRequest(
-                study_name="grid",
-                trial_number=i,
-                params=params,
-                spec=preset.server_spec(params, model_path=model_path),
-                workload=preset.workload,
-                cache_dir=str(cache),
-                startup_timeout_s=preset.startup_timeout_s,
+            request = request_for(
+                preset,
+                params,
+                model_path=model_path,
+                cache_dir=cache,
+                study="grid",
+                number=i,
                 throughput=plan_,
-                tokenizer=model_path if Path(model_path).is_dir() else None,
             )
             result = evaluate(request, on_progress=on_progress)
         if cold := cold_start(result, _load(path) or {"runs": []}):

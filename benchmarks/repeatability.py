@@ -29,37 +29,21 @@ get their turn between runs.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import fcntl
 import json
 import os
 import statistics
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from _evaluate import locked, request_for
 from _machine import baseline_and_ngram, load_average, machine_record
 
 from tuner.metrics import RunOutcomes, judge_outputs, match_rates, paired_ratio
 from tuner.metrics.drift import MIN_CHANGE, detect_trend, first_round_gap
 from tuner.settings import get_settings
 from tuner.study import load_preset
-from tuner.study.trial.evaluate import ThroughputPlan, TrialRequest, TrialResult, evaluate
-
-
-@contextlib.contextmanager
-def _locked(path: str | None) -> Iterator[None]:
-    if path is None:
-        yield
-        return
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
+from tuner.study.trial.evaluate import TrialResult, evaluate
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "repeatability.md"
@@ -112,19 +96,16 @@ def main() -> int:
     number = 0
     for round_ in range(args.rounds):
         for name, params in configs.items():
-            request = TrialRequest(
-                study_name="repeatability",
-                trial_number=number,
-                params=params,
-                spec=preset.server_spec(params, model_path=model_path),
-                workload=preset.workload,
-                cache_dir=str(get_settings().cache_path()),
-                startup_timeout_s=preset.startup_timeout_s,
-                throughput=ThroughputPlan(streams=()),
-                tokenizer=model_path if Path(model_path).is_dir() else None,
+            request = request_for(
+                preset,
+                params,
+                model_path=model_path,
+                cache_dir=get_settings().cache_path(),
+                study="repeatability",
+                number=number,
             )
             number += 1
-            with _locked(args.lock):
+            with locked(args.lock):
                 load_before = os.getloadavg()[0]
                 result = evaluate(request)
                 load_after = os.getloadavg()[0]

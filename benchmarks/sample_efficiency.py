@@ -31,9 +31,11 @@ benchmarks/data/sample-efficiency-<grid>.md, named after `--data`) and beside it
 .json): the README quotes that file, and tests/unit/test_readme_figures.py checks it does.
 
 `--variants` also replays other sampler and pruner settings (TPE start-up trials, independent
-TPE, no constant liar, GPSampler (SciPy, in the test extras), pruning warm-up and start) to choose
-between them. Replay mode numbers: load shape, not graded answers. An incomplete grid is refused
-(exit 2) unless a complete part of it holds the baseline (see `_replay.GridTable.partial`).
+TPE, no constant liar, GPSampler (SciPy, in the test extras), pruning warm-up and start) and
+confirmation settings (`tuner + screening + confirm K,R`) to choose between them; `--only NAME`
+(repeatable) keeps the named searches alone. Replay mode numbers: load shape, not graded
+answers. An incomplete grid is refused (exit 2) unless a complete part of it holds the baseline
+(see `_replay.GridTable.partial`).
 """
 
 from __future__ import annotations
@@ -146,6 +148,15 @@ VARIANTS = (
     Search("tuner, prune from 1/2", make_sampler, PruneRule(warmup_fraction=1 / 2)),
     Search("tuner, prune after 2", make_sampler, PruneRule(min_completed=2)),
 )
+
+
+def _confirm_variants() -> list[Search]:
+    """`tuner optimize`'s CPU default (screening on) under other confirmation settings."""
+    screen = PruneRule(screening=SCREEN_RULES["shipped"])
+    return [
+        Search(f"tuner + screening + confirm {k},{r}", make_sampler, screen, confirm=(k, r))
+        for k, r in ((1, 2), (2, 2), (1, 3))
+    ]
 
 
 @dataclass(frozen=True)
@@ -405,6 +416,12 @@ def main() -> int:
     )
     parser.add_argument("--variants", action="store_true", help="also the settings compared")
     parser.add_argument(
+        "--only",
+        action="append",
+        metavar="SEARCH",
+        help="replay only this search (by its printed name; repeat for several)",
+    )
+    parser.add_argument(
         "--out", type=Path, help="the Markdown table (and .json); default: named after --data"
     )
     parser.add_argument(
@@ -427,6 +444,9 @@ def main() -> int:
             print("--render rewrites a README: name it with --readme README.md", file=sys.stderr)
             return 2
         return write_readme(args.readme, json.loads(args.out.with_suffix(".json").read_text()))
+    if args.readme is not None and args.only:
+        print("--readme quotes every search's row: leave out --only", file=sys.stderr)
+        return 2
     if args.readme is not None and not args.screening:
         print("--readme quotes the screening rows: add --screening", file=sys.stderr)
         return 2
@@ -434,6 +454,14 @@ def main() -> int:
         SEARCHES_ALL.extend(_screening_searches(all_rules=args.variants))
     if args.variants:
         SEARCHES_ALL.extend(VARIANTS)
+        SEARCHES_ALL.extend(_confirm_variants())
+    if args.only:
+        unknown = [n for n in args.only if n not in {s.name for s in SEARCHES_ALL}]
+        if unknown:
+            names = ", ".join(repr(s.name) for s in SEARCHES_ALL)
+            print(f"--only {unknown[0]!r}: no such search here; one of {names}", file=sys.stderr)
+            return 2
+        SEARCHES_ALL[:] = [s for s in SEARCHES_ALL if s.name in args.only]
         if importlib.util.find_spec("scipy") is None:
             # GPSampler needs SciPy (the test extras install it; tuner itself does not need it).
             print("GPSampler not compared: `pip install scipy` to include it", file=sys.stderr)

@@ -100,3 +100,22 @@ def test_render_replaces_only_the_section(tmp_path: Path) -> None:
     assert text.startswith("before\n") and text.endswith("\nafter\n")
     assert "old table" not in text
     assert _section(text) == se.render_readme(doc)
+
+
+def test_only_names_a_search_that_exists_and_never_rewrites_the_readme(tmp_path: Path) -> None:
+    script = str(BENCH / "sample_efficiency.py")
+    readme = tmp_path / "README.md"
+    readme.write_text("untouched\n")
+    for argv, says in (
+        (["--only", "tuner + nothing"], "--only 'tuner + nothing': no such search here"),
+        (["--only", "tuner", "--screening", "--readme", str(readme)], "leave out --only"),
+    ):
+        done = subprocess.run(
+            [sys.executable, script, "--seeds", "1", "--jobs", "1", *argv],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 2, done.stderr
+        assert says in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert readme.read_text() == "untouched\n"
