@@ -4,9 +4,13 @@ then `tuner export` on the study it made; writes docs/first-run.md, which the RE
     python scripts/first_run.py [--lock /tmp/tuner-heavy.lock] [--out docs/first-run.md]
         [-- TUNER-OPTIMIZE-ARGS...]
     python scripts/first_run.py --existing sqlite:///COPY.db   # record a study already run
+    python scripts/first_run.py --estimate   # only the main command's estimate, from the preset
 
 `--existing` runs nothing: it records a real study someone ran (pass a copy of its file), its
 timeline from Optuna's own trial timestamps, and what `tuner export` prints for it.
+`--estimate` runs nothing either: it rewrites the one estimate block of `--out` (the line the
+main command prints at its start, a function of the preset and the recorded run seconds) and
+leaves the recorded run as it was, for a change of the preset's defaults.
 
 Without arguments after `--` it runs the README's main command (`--model smollm2-135m --gpu cpu
 --n-trials 6`, about half an hour on 2 cores). The study goes to a fresh SQLite file in a temp
@@ -48,8 +52,13 @@ def main() -> int:
     parser.add_argument("--lock", type=Path, help="flock this file while the study runs")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "first-run.md")
     parser.add_argument("--existing", help="record this storage's study instead of running one")
+    parser.add_argument(
+        "--estimate", action="store_true", help="rewrite only the main command's estimate"
+    )
     parser.add_argument("args", nargs="*", help="tuner optimize arguments (after --)")
     ns = parser.parse_args()
+    if ns.estimate:
+        return _estimate_only(ns.out)
     if ns.existing:
         return _existing(ns.existing, ns.out)
     args = ns.args or README_ARGS
@@ -104,6 +113,22 @@ def main() -> int:
     ns.out.write_text("\n".join(lines) + "\n")
     print(f"wrote {ns.out}: exit {code}, {wall:.0f} s")
     return code
+
+
+ESTIMATE_INTRO = "prints as its first estimate:"
+
+
+def _estimate_only(out: Path) -> int:
+    """Replace the estimate block of `out` (the fenced line after ESTIMATE_INTRO)."""
+    lines = out.read_text().splitlines() if out.is_file() else []
+    at = next((i for i, line in enumerate(lines) if line.endswith(ESTIMATE_INTRO)), None)
+    if at is None or lines[at + 2 : at + 3] != ["```"] or lines[at + 4 : at + 5] != ["```"]:
+        print(f"{out}: no estimate block to rewrite; record a run first", file=sys.stderr)
+        return 2
+    lines[at + 3] = _readme_estimate()
+    out.write_text("\n".join(lines) + "\n")
+    print(f"wrote the estimate in {out}: {lines[at + 3][:60]}...")
+    return 0
 
 
 def _readme_estimate() -> str:

@@ -83,7 +83,7 @@ def test_the_preset_sets_the_confirmation_stage_and_the_option_overrides_it(
     tmp_path: Path,
 ) -> None:
     cpu = load_preset(model="smollm2-135m", gpu="cpu")
-    assert ConfirmPlan.for_preset(cpu) == ConfirmPlan(1, 2)  # the CPU default
+    assert ConfirmPlan.for_preset(cpu) == ConfirmPlan(1, 3)  # the CPU default
     gpu = load_preset(model="tiny-hybrid-mtp", gpu="h200")
     assert ConfirmPlan.for_preset(gpu) == ConfirmPlan(2, 2)
     data = cpu.model_dump(mode="json")

@@ -24,6 +24,12 @@ from decision_sim import (
 
 
 def test_default_stage_meets_the_goals() -> None:
+    from tuner.study import load_preset
+    from tuner.study.stages.confirm import ConfirmPlan
+
+    # The simulated default is the CPU preset's own stage.
+    cpu = load_preset(model="smollm2-135m", gpu="cpu")
+    assert SCENARIOS[0].plan == ConfirmPlan.for_preset(cpu)
     t0 = time.monotonic()
     row = run_scenario(SCENARIOS[0], 300, seed=1, legacy=False)
     assert row["new"]["false_win"] <= GOAL_FALSE_WIN, row
@@ -33,7 +39,8 @@ def test_default_stage_meets_the_goals() -> None:
 
 def test_without_confirmation_identical_configs_do_not_win() -> None:
     # --confirm 0: five one-round comparisons, Holm-corrected, with the between-run term.
-    row = run_scenario(SCENARIOS[2], 200, seed=2, legacy=False, power=False)
+    (off,) = [s for s in SCENARIOS if not s.plan.enabled]
+    row = run_scenario(off, 200, seed=2, legacy=False, power=False)
     assert row["new"]["false_win"] <= GOAL_FALSE_WIN, row
 
 

@@ -24,7 +24,7 @@ from tuner.cli._study import StudyOption, pick_study
 _CONFIRM_HELP = (
     "K,R: after the search, re-run the top K candidates and the baseline R more times each, "
     "interleaved, fresh server starts; 0 skips it. Default: the preset's confirm, else 2,2 "
-    "(1,2 on CPU presets)."
+    "(1,3 on CPU presets)."
 )
 ConfirmOption = Annotated[str | None, typer.Option("--confirm", help=_CONFIRM_HELP)]
 

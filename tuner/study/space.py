@@ -295,7 +295,7 @@ class Preset(BaseModel):
     throughput_output_tokens: int = Field(default=128, ge=1)
     # Agent counts `tuner optimize` sweeps its finalists at when it ends (`tuner sweep`).
     load_sweep: tuple[PositiveInt, ...] = ()
-    # The confirmation stage; unset: the top 1 candidate and 2 rounds on CPU presets, 2 and 2
+    # The confirmation stage; unset: the top 1 candidate and 3 rounds on CPU presets, 2 and 2
     # on GPU presets (`tuner.study.stages.confirm.ConfirmPlan.for_preset`).
     confirm: ConfirmPart | None = None
     # The run-to-run noise the verdicts use (see BetweenRunPart); stored with each study.
