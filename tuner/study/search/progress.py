@@ -4,11 +4,11 @@ On a terminal `tuner optimize` and `tuner confirm` redraw a live table
 (`tuner.study.search.display`); anywhere else that table would print nothing useful, so each event
 becomes one flushed line:
 
-    [0:00:00] estimate: about 28 min for 10 server runs (6 trials + 4 confirmation runs), ...
+    [0:00:00] estimate: about 34 min for 12 server runs (6 trials + 6 confirmation runs), ...
     [0:00:02] trial 0 (baseline) started: none kv 2.0GB seqs 8
     [0:00:44] trial 0 server ready: 86,784 KV cache tokens, started in 41.9 s
     [0:02:50] trial 0 scored: 538 completed tasks/h [451, 640], 12 tasks, run 168 s
-    [0:02:50] ETA: about 25 min left (9 server runs to go at 168 s a run, measured)
+    [0:02:50] ETA: about 31 min left (11 server runs to go at 168 s a run, measured)
     [0:05:31] trial 3 pruned after 5 of 12 tasks: 210 completed tasks/h so far, clearly below ...
     [0:20:10] confirmation round 1 of 2 done
 
