@@ -26,6 +26,7 @@ import argparse
 import json
 import math
 import os
+import statistics
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -53,11 +54,6 @@ def data_path(model: str, gpu: str) -> Path:
 def records(path: Path) -> list[dict[str, Any]]:
     """Every record the file holds (none when it does not exist)."""
     return json.loads(path.read_text()) if path.is_file() else []
-
-
-def for_knob(path: Path, knob: str) -> list[dict[str, Any]]:
-    """The records that changed `knob` (what `sample_efficiency.py` quotes)."""
-    return [r for r in records(path) if r.get("knob") == knob]
 
 
 def order(rounds: int) -> list[str]:
@@ -90,10 +86,9 @@ def high_over_low(record: dict[str, Any]) -> dict[str, Any] | None:
     return {"ratio": 1 / est["ratio"], "low": 1 / est["high"], "high": 1 / est["low"]}
 
 
-def summary_line(record: dict[str, Any]) -> str:
-    """One line: the higher value against the lower, the paired estimate, rounds, machine."""
+def figure(record: dict[str, Any]) -> str:
+    """The paired estimate (higher value over lower), its rounds and the machine, in words."""
     est = high_over_low(record)
-    values = sorted((record["a_value"], record["b_value"]))
     what = (
         f"x{est['ratio']:.3f} [{est['low']:.3f}, {est['high']:.3f}]"
         if est is not None
@@ -103,11 +98,16 @@ def summary_line(record: dict[str, Any]) -> str:
     ratios = [1 / r if flip else r for r in record["ratios"]]
     m = record["machine"]
     return (
-        f"{record['knob']} {values[1]} against {values[0]}, interleaved: {what} paired tasks/h "
-        f"ratio over {len(ratios)} rounds (per round {', '.join(f'{r:.3f}' for r in ratios)}; "
-        f"{m['cores']} cores, load {min(record['load_1min'])}-{max(record['load_1min'])}, "
-        f"{record['recorded_at'][:10]})"
+        f"{what} paired tasks/h ratio over {len(ratios)} rounds (per round "
+        f"{', '.join(f'{r:.3f}' for r in ratios)}; {m['cores']} cores, load "
+        f"{min(record['load_1min'])}-{max(record['load_1min'])}, {record['recorded_at'][:10]})"
     )
+
+
+def summary_line(record: dict[str, Any]) -> str:
+    """One line: the knob's higher value against the lower, then `figure`."""
+    values = sorted((record["a_value"], record["b_value"]))
+    return f"{record['knob']} {values[1]} against {values[0]}, interleaved: {figure(record)}"
 
 
 def main() -> int:
@@ -182,7 +182,7 @@ def main() -> int:
         "order": order(args.rounds),
         "tasks_per_hour": tph,
         "ratios": ratios,
-        "log_ratio_sd": _sd([math.log(r) for r in ratios]),
+        "log_ratio_sd": statistics.stdev(math.log(r) for r in ratios),
         "paired": None
         if est is None
         else {"ratio": est.ratio, "low": est.low, "high": est.high, "p_value": est.p_value},
@@ -198,11 +198,6 @@ def main() -> int:
     print(summary_line(record))
     print(f"recorded in {path}")
     return 0
-
-
-def _sd(values: list[float]) -> float:
-    mean = sum(values) / len(values)
-    return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
 
 
 if __name__ == "__main__":

@@ -243,25 +243,16 @@ def plan(
     other_repeats = [run for run in repeats if run not in base_repeats]
     random.Random(14).shuffle(other_repeats)
     spread = base_repeats + other_repeats
-    out: list[tuple[str, int]] = [(k, 0) for k in configs]
-    # Repeat j goes after config round((j + 1) x N / (R + 1)): evenly through the recording.
-    for j, run in reversed(list(enumerate(spread))):
-        out.insert(round((j + 1) * len(configs) / (len(spread) + 1)), run)
-    # A config's repeat never runs before its first run (the noise needs the same server twice).
-    seen: set[str] = set()
-    ordered: list[tuple[str, int]] = []
-    late: list[tuple[str, int]] = []
-    for key, rep in out:
-        if rep == 0:
-            seen.add(key)
-            ordered.append((key, rep))
-            ordered += [run for run in late if run[0] == key]
-            late = [run for run in late if run[0] != key]
-        elif key in seen:
-            ordered.append((key, rep))
-        else:
-            late.append((key, rep))
-    return ordered + late
+    # Repeat j runs after config number round((j + 1) x N / (R + 1)), evenly through the
+    # recording, and never before its own config's first run.
+    after: dict[int, list[tuple[str, int]]] = {}
+    for j, (key, rep) in enumerate(spread):
+        at = round((j + 1) * len(configs) / (len(spread) + 1))
+        after.setdefault(max(at, configs.index(key) + 1), []).append((key, rep))
+    out: list[tuple[str, int]] = []
+    for n, key in enumerate(configs, start=1):
+        out += [(key, 0), *after.get(n, [])]
+    return out
 
 
 def _run_entry(key: str, rep: int, result: TrialResult, progress: list[list[float]]) -> dict:

@@ -24,7 +24,7 @@ answer cost in all. Goal (issue 12): hit >= 90% at 25% of the grid's cost, above
         [--slots 1,2,4] [--screening] [--out FILE.md] [--readme README.md]
 
 One slot by default (a study on one GPU, as the README's rows): the README's command replays
-its 600 studies in under four minutes on 2 cores (220 s on a 2-core Zen 3); `--slots 1,2,4`
+its 600 studies in under five minutes on 2 cores (205-264 s on a 2-core Zen 3); `--slots 1,2,4`
 also replays two and four parallel trials (Ray workers), each slot count as long again.
 
 The table is printed and written, with the command that made it, to `--out` (default
@@ -627,14 +627,12 @@ DRIFT_APART_MIN = 30
 
 
 def knob_ab_lines() -> dict[str, list[str]]:
-    """Per knob, what `benchmarks/knob_ab.py` measured interleaved (its summary lines)."""
+    """Per knob, what `benchmarks/knob_ab.py` measured interleaved (`knob_ab.figure`)."""
     import knob_ab
 
-    path = knob_ab.data_path("smollm2-135m", "cpu")
     out: dict[str, list[str]] = {}
-    for record in knob_ab.records(path):
-        line = knob_ab.summary_line(record).split(", interleaved: ", 1)[1]
-        out.setdefault(record["knob"], []).append(line)
+    for record in knob_ab.records(knob_ab.data_path("smollm2-135m", "cpu")):
+        out.setdefault(record["knob"], []).append(knob_ab.figure(record))
     return out
 
 

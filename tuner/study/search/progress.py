@@ -10,7 +10,7 @@ becomes one flushed line:
     [0:02:50] trial 0 scored: 538 completed tasks/h [451, 640], 12 tasks, run 168 s
     [0:02:50] ETA: about 31 min left (11 server runs to go at 168 s a run, measured)
     [0:05:31] trial 3 pruned after 5 of 12 tasks: 210 completed tasks/h so far, clearly below ...
-    [0:20:10] confirmation round 1 of 2 done
+    [0:20:10] confirmation round 1 of 3 done
 
 The estimate at the start comes from the preset (its tasks, agents, warm-up) and a per-run cost
 measured on the reference machines (`CPU_COST`, `GPU_COST`); it is an estimate and says so. After
