@@ -31,8 +31,29 @@ POSTGRES_ADMIN_URL = os.environ.get(
 SLOW_SUITES = {"faults": ("TUNER_FAULTS", "TUNER_FAULTS_OUTCOMES"), "kill": ("TUNER_KILL",)}
 
 
+# Modules moved to run right after another, so that the session's shared real server
+# (tests/integration/conftest.py `vllm_pool`, which keeps one server while the spec is equal)
+# serves both: test_workload_vllm's plain-server tests reuse the server test_models_serve
+# started, where the files' own order put a server test between them (one start, about a
+# minute, saved).
+RUN_AFTER = {"test_workload_vllm.py": "test_models_serve.py"}
+
+
+def _run_after(items: list[pytest.Item]) -> None:
+    """Reorder `items` in place per `RUN_AFTER` (order within each module kept)."""
+    for mover, anchor in RUN_AFTER.items():
+        moved = [item for item in items if item.path.name == mover]
+        anchored = [i for i, item in enumerate(items) if item.path.name == anchor]
+        if not moved or not anchored:
+            continue
+        rest = [item for item in items if item.path.name != mover]
+        last = max(i for i, item in enumerate(rest) if item.path.name == anchor)
+        items[:] = rest[: last + 1] + moved + rest[last + 1 :]
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Deselect the slow suites that nobody asked for."""
+    """Deselect the slow suites that nobody asked for; run `RUN_AFTER`'s modules in place."""
+    _run_after(items)
     markexpr = config.getoption("markexpr") or ""
     left_out = {
         marker

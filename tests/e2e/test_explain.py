@@ -44,19 +44,18 @@ def test_explain_runs_a_kv_cut_control_and_reports_its_measurements(cpu_study: C
 
     study = optuna.load_study(study_name=cpu_study.study_name, storage=cpu_study.storage_url)
     controls = [t for t in study.trials if t.user_attrs.get(TrialAttr.ROLE) == "control"]
-    # The KV-cut row is a control trial run now, or a trial of the study already measured with
-    # that server (no speculation, the candidate's KV size): explain reuses measurements.
+    # The seeded study measured no server with the candidate's KV size and no speculation
+    # (tests/e2e/conftest.py), so the KV-cut row is a control trial run now, on the real build.
     (cut_row,) = [r for r in out["rows"] if r["trial_number"] not in (0, candidate.number)]
     cut = study.trials[cut_row["trial_number"]]
     assert cut.state == TrialState.COMPLETE
     assert cut.params["method"] == "none"
     assert cut.params["kv_cache_memory_bytes"] == candidate.params["kv_cache_memory_bytes"]
-    assert out["controls_run"] == len(controls)
-    if controls:
-        (control,) = controls
-        assert control.number == cut.number
-        assert control.user_attrs[TrialAttr.CONTROL_OF] == candidate.number
-        assert control.user_attrs[TrialAttr.CONTROL_KIND] == "kv_cut"
+    assert out["controls_run"] == len(controls) == 1, [t.params for t in study.trials]
+    (control,) = controls
+    assert control.number == cut.number
+    assert control.user_attrs[TrialAttr.CONTROL_OF] == candidate.number
+    assert control.user_attrs[TrialAttr.CONTROL_KIND] == "kv_cut"
 
     store = Store(cpu_study.storage_url)
     try:
