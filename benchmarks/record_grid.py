@@ -313,6 +313,8 @@ def _save(path: Path, data: dict[str, Any]) -> None:
 
 
 def _new_data(preset: Preset, grid_plan: GridPlan) -> dict[str, Any]:
+    from _machine import machine_record
+
     return {
         "about": (
             f"Every configuration of the {grid_plan.name} smollm2-135m CPU space evaluated by "
@@ -323,6 +325,7 @@ def _new_data(preset: Preset, grid_plan: GridPlan) -> dict[str, Any]:
         ),
         "command": grid_plan.command,
         "machine": f"{platform.node()} {os.cpu_count()} cores",
+        "cpu": cpu_of(machine_record()),
         "preset": json.loads(preset.model_dump_json()),
         "runs": [],
     }
@@ -476,14 +479,16 @@ def other_machine(data: dict[str, Any], here: dict[str, Any]) -> str | None:
     A grid is one machine's: on 2026-12-02 a Zen 3 box (CPU family/model 25/1, AVX2 without
     AVX-512) started the CPU build's server in 190-245 s where the Zen 4 box (25/17, AVX-512
     with bf16) that recorded the grid took about 52 s, and its scored window crawled at 4-16
-    tokens/s. Runs recorded since then carry their CPU (`cpu_of`); one that differs is refused.
+    tokens/s. Runs recorded since then carry their CPU (`cpu_of`); the file's own `cpu` names
+    the machine of runs that predate that record. One that differs from this machine is refused.
     """
-    for r in data["runs"]:
-        theirs = r.get("cpu")
+    recorded = [("the file's runs were recorded", data.get("cpu"))]
+    recorded += [("a run of the file was recorded", r.get("cpu")) for r in data["runs"]]
+    for what, theirs in recorded:
         if theirs is not None and theirs != here:
             return (
-                f"the file's runs were recorded on another machine ({theirs}); this one is "
-                f"{here}: record a new grid here (--out FILE), a grid is one machine's"
+                f"{what} on another machine ({theirs}); this one is {here}: record a new "
+                "grid here (--out FILE), a grid is one machine's"
             )
     return None
 

@@ -125,7 +125,7 @@ def test_a_cold_compile_cache_run_is_not_recorded_as_the_config() -> None:
     assert record_grid.cold_start(run(192.0), {"runs": data["runs"][:3]}) is None
 
 
-def test_runs_of_another_cpu_are_refused_and_the_legacy_file_is_not() -> None:
+def test_runs_of_another_cpu_are_refused_by_the_run_or_the_file_record() -> None:
     zen4 = {"cpu_model": "AMD EPYC", "cpu_family_model": "25/17", "simd_flags": ["avx512f"]}
     zen3 = {"cpu_model": "AMD EPYC", "cpu_family_model": "25/1", "simd_flags": ["avx2"]}
     recorded = {"runs": [{"params": {}, "cpu": {**zen4, "cores": 2}}]}
@@ -134,8 +134,13 @@ def test_runs_of_another_cpu_are_refused_and_the_legacy_file_is_not() -> None:
     assert record_grid.other_machine(recorded, {**zen4, "cores": 2}) is None
     # Same CPU, other core count: its runs do not mix either.
     assert record_grid.other_machine(recorded, {**zen4, "cores": 4}) is not None
-    # The large grid's runs predate the CPU record; they refuse nobody.
+    # A file's own `cpu` names the machine of runs that predate the per-run record.
+    assert record_grid.other_machine({"runs": [{"params": {}}]}, {**zen3, "cores": 2}) is None
     import json
 
-    legacy = json.loads(record_grid.LARGE_DATA.read_text())
-    assert record_grid.other_machine(legacy, {**zen3, "cores": 2}) is None
+    large = json.loads(record_grid.LARGE_DATA.read_text())
+    why = record_grid.other_machine(large, {**zen3, "cores": 2})
+    assert why is not None and "25/17" in why
+    zen5 = {**large["cpu"], "cpu_family_model": "26/2"}  # this repository's 2026-12-02 box
+    assert record_grid.other_machine(large, zen5) is not None
+    assert record_grid.other_machine(large, large["cpu"]) is None
