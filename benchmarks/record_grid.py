@@ -73,6 +73,7 @@ from statistics import fmean
 from typing import Any
 
 from _evaluate import request_for
+from _machine import machine_record
 
 from tuner.models import prepare
 from tuner.settings import get_settings
@@ -313,8 +314,6 @@ def _save(path: Path, data: dict[str, Any]) -> None:
 
 
 def _new_data(preset: Preset, grid_plan: GridPlan) -> dict[str, Any]:
-    from _machine import machine_record
-
     return {
         "about": (
             f"Every configuration of the {grid_plan.name} smollm2-135m CPU space evaluated by "
@@ -494,8 +493,6 @@ def other_machine(data: dict[str, Any], here: dict[str, Any]) -> str | None:
 
 
 def _record(path: Path, preset: Preset, grid_plan: GridPlan, limit: int | None) -> int:
-    from _machine import machine_record
-
     here = cpu_of(machine_record())
     if why := other_machine(_load(path) or {"runs": []}, here):
         print(f"{path}: {why}", file=sys.stderr)

@@ -43,12 +43,11 @@ def _run_after(items: list[pytest.Item]) -> None:
     """Reorder `items` in place per `RUN_AFTER` (order within each module kept)."""
     for mover, anchor in RUN_AFTER.items():
         moved = [item for item in items if item.path.name == mover]
-        anchored = [i for i, item in enumerate(items) if item.path.name == anchor]
-        if not moved or not anchored:
-            continue
         rest = [item for item in items if item.path.name != mover]
-        last = max(i for i, item in enumerate(rest) if item.path.name == anchor)
-        items[:] = rest[: last + 1] + moved + rest[last + 1 :]
+        anchors = [i for i, item in enumerate(rest) if item.path.name == anchor]
+        if moved and anchors:
+            end = anchors[-1] + 1
+            items[:] = rest[:end] + moved + rest[end:]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -134,7 +134,8 @@ def test_runs_of_another_cpu_are_refused_by_the_run_or_the_file_record() -> None
     assert record_grid.other_machine(recorded, {**zen4, "cores": 2}) is None
     # Same CPU, other core count: its runs do not mix either.
     assert record_grid.other_machine(recorded, {**zen4, "cores": 4}) is not None
-    # A file's own `cpu` names the machine of runs that predate the per-run record.
+    # A file with no CPU record refuses nobody; a file's own `cpu` names the machine of runs
+    # that predate the per-run record.
     assert record_grid.other_machine({"runs": [{"params": {}}]}, {**zen3, "cores": 2}) is None
     import json
 
