@@ -371,11 +371,31 @@ def main() -> int:
     parser.add_argument(
         "--dry-run", action="store_true", help="list the runs to go and their estimated time"
     )
+    parser.add_argument(
+        "--rerecord",
+        type=Path,
+        metavar="TRUTH",
+        help="re-record the top configs of grid_truth.py's file, interleaved with the baseline "
+        "(benchmarks/_rerecord.py), into --out (default grid-rerecord-<grid>.json)",
+    )
     args = parser.parse_args()
 
     grid_plan = PLANS[args.space]
-    args.out = args.out or grid_plan.data
     preset = grid_plan.preset()
+    if args.rerecord is not None:
+        from _rerecord import rerecord
+
+        name = grid_plan.data.name.replace("grid-", "grid-rerecord-", 1)
+        out = args.out or grid_plan.data.with_name(name)
+        return rerecord(
+            args.rerecord,
+            out,
+            preset,
+            dry=args.dry_run,
+            limit=args.limit,
+            grid=sys.modules[__name__],
+        )
+    args.out = args.out or grid_plan.data
     if args.dry_run:
         return _dry_run(args.out, preset, grid_plan, args.limit)
     data = _load(args.out)
@@ -490,6 +510,30 @@ def other_machine(data: dict[str, Any], here: dict[str, Any]) -> str | None:
                 "grid here (--out FILE), a grid is one machine's"
             )
     return None
+
+
+def evaluate_once(preset: Preset, params: dict[str, Any], number: int) -> dict[str, Any]:
+    """One fresh-server run of `params` under the heavy lock, as a run entry (no plain
+    benchmark: `--rerecord` compares tasks/h only)."""
+    cache = get_settings().cache_path()
+    model_path = str(prepare(preset.model.prepare or "smollm2-135m", cache))
+    progress: list[list[float]] = []
+
+    def on_progress(p: RunProgress) -> None:
+        progress.append([p.tasks_done, p.successes, round(p.elapsed_s, 3)])
+
+    with LOCK.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        load_before = os.getloadavg()[0]
+        request = request_for(
+            preset, params, model_path=model_path, cache_dir=cache, study="rerecord", number=number
+        )
+        result = evaluate(request, on_progress=on_progress)
+    entry = _run_entry(config_key(params), 0, result, progress)
+    entry["load_1min"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
+    entry["recorded_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    entry.pop("params"), entry.pop("rep")
+    return entry
 
 
 def _record(path: Path, preset: Preset, grid_plan: GridPlan, limit: int | None) -> int:

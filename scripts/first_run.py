@@ -38,9 +38,21 @@ sys.path.insert(0, str(ROOT))
 
 from tuner.study.search.progress import estimate_line, minutes  # noqa: E402
 from tuner.study.space import load_preset  # noqa: E402
-from tuner.study.stages.confirm import ConfirmPlan  # noqa: E402
+from tuner.study.stages.confirm import parse_confirm  # noqa: E402
 
-README_ARGS = ["--model", "smollm2-135m", "--gpu", "cpu", "--n-trials", "6"]
+# The README's main command: a confirmation capped at 4 rounds of the top candidate, where the
+# default (2,10, docs/decision-sim.md) costs up to 36 server runs, about 1 h 41 min on a Zen 4.
+README_CONFIRM = "1,4"
+README_ARGS = [
+    "--model",
+    "smollm2-135m",
+    "--gpu",
+    "cpu",
+    "--n-trials",
+    "6",
+    "--confirm",
+    README_CONFIRM,
+]
 
 
 def _tuner(*args: str) -> list[str]:
@@ -133,8 +145,8 @@ def _estimate_only(out: Path) -> int:
 
 def _readme_estimate() -> str:
     preset = load_preset(model="smollm2-135m", gpu="cpu")
-    plan = ConfirmPlan.for_preset(preset)
-    return estimate_line(preset, 6, (plan.k + 1) * plan.rounds)
+    plan = parse_confirm(README_CONFIRM)
+    return estimate_line(preset, 6, (plan.k + 1) * plan.rounds, window_s=preset.window_s)
 
 
 def _existing(url: str, out: Path) -> int:

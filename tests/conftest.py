@@ -18,6 +18,9 @@ from sqlalchemy import create_engine, text
 # vLLM 0.32's CPU build cannot load the AOT-compiled artifacts it saves and recompiles at every
 # start (~25 s); without AOT it reuses torch inductor's cache. The CPU presets set the same.
 os.environ.setdefault("VLLM_USE_AOT_COMPILE", "0")
+# Both cores for vLLM's CPU worker (it reserves one for the engine process by default): x1.154
+# tasks/h on the CPU preset, docs/vllm-facts.md "CPU process settings". The CPU presets set it.
+os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
 
 POSTGRES_ADMIN_URL = os.environ.get(
     "TUNER_TEST_POSTGRES", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
@@ -27,8 +30,15 @@ POSTGRES_ADMIN_URL = os.environ.get(
 # Suites too slow for every CI run: each is left out of a plain `pytest` unless asked for by
 # `-m` (any expression naming the marker), by its environment variable, or by
 # benchmarks/faults.py (TUNER_FAULTS_OUTCOMES). `kill` costs about 13 min of real servers here,
-# `faults` about 23 min; CI stays under its time budget without them.
-SLOW_SUITES = {"faults": ("TUNER_FAULTS", "TUNER_FAULTS_OUTCOMES"), "kill": ("TUNER_KILL",)}
+# `faults` about 23 min, `extended` (real-vLLM tests beyond CI's core: each checks one part
+# that the core tests do not reach, on servers of its own) about 12 min on a Zen 4 and about
+# twice that on a Zen 3; CI stays under its time budget on the slowest box without them
+# (docs/ci.md, "What CI runs").
+SLOW_SUITES = {
+    "faults": ("TUNER_FAULTS", "TUNER_FAULTS_OUTCOMES"),
+    "kill": ("TUNER_KILL",),
+    "extended": ("TUNER_EXTENDED",),
+}
 
 
 # Modules moved to run right after another, so that the session's shared real server
@@ -138,3 +148,18 @@ def storage_url(request: pytest.FixtureRequest) -> str:
     if request.param == "sqlite":
         return str(request.getfixturevalue("sqlite_url"))
     return str(request.getfixturevalue("postgres_url"))
+
+
+def stub_cluster_join(monkeypatch: pytest.MonkeyPatch) -> None:
+    """For tests of `tuner optimize`'s options that pass --ray-address and stop before the
+    study: the command's reachability check, its one join of the cluster and the slot count
+    are skipped (the options are what those tests check)."""
+    import contextlib
+
+    import tuner.cli._checks as checks
+    import tuner.cli.optimize as optimize_cli
+    from tuner.study.search import driver
+
+    monkeypatch.setattr(driver, "_check_ray_address", lambda _address: None)
+    monkeypatch.setattr(optimize_cli, "_one_ray", lambda _address: contextlib.nullcontext())
+    monkeypatch.setattr(checks, "cluster_slots", lambda *_args: None)

@@ -36,6 +36,9 @@ class Role(StrEnum):
     CANDIDATE = "candidate"  # a sampled config
     CONTROL = "control"  # `tuner explain`'s extra run for a candidate
     CONFIRM = "confirm"  # a re-run of a top config or the baseline (`tuner confirm`)
+    # The baseline's config started again during the search, every `--baseline-every` sampled
+    # trials: the study's own measure of its drift and noise (never counted, never sampled)
+    BASELINE_RERUN = "baseline_rerun"
 
 
 class ControlKind(StrEnum):
@@ -63,9 +66,22 @@ class StudyAttr:
     # The run-to-run noise of a round's paired log ratio the verdicts used
     # (tuner.metrics.BetweenRunNoise.to_json()): stored so a verdict can be recomputed.
     BETWEEN_RUN_NOISE: Final = "between_run_noise"
+    # A sequential confirmation's looks ({"first": rounds at the first look, "max": the cap}):
+    # the export tests at the level of the look the study stopped at
+    # (tuner.results.export_rule.look_level). Absent: one look at the end, as before.
+    CONFIRM_PLAN: Final = "confirm_plan"
+    # Where a sequential confirmation stopped: {"rounds": rounds run, "reason": in words}.
+    CONFIRM_STOP: Final = "confirm_stop"
     # tuner.study.preflight.sizing.workload_reductions: one line per knob cut for the
     # workload ([] none)
     SPACE_REDUCTIONS: Final = "space_reductions"
+    # The workload's sizing (tuner.study.preflight.plan): the speeds measured on the study's
+    # first server and the size every trial runs (tuner.workload.calibration.Calibration's
+    # JSON), or {"calibrated": false, "why": ...} when the study keeps the preset's sizing.
+    CALIBRATION: Final = "calibration"
+    # Sampled trials between two re-runs of the baseline during the search (`--baseline-every`;
+    # 0: none), as the search that ran them was set (tuner.study.search.roles.rerun_due)
+    BASELINE_EVERY: Final = "baseline_every"
 
 
 class TrialAttr:
@@ -91,6 +107,13 @@ class TrialAttr:
     ENERGY_PER_TASK_J: Final = "energy_per_task_j"  # absent when not measured
     GPU_MEMORY_MIB: Final = "gpu_memory_mib"  # NVML, at the end of the window; absent on CPU
     STARTUP_S: Final = "startup_s"
+    # Scored steps per reuse class (tuner.workload.reuse.COUNTED_REUSE_CLASSES): {class: n}
+    REUSE: Final = "reuse"
+    BLOCK_SIZE: Final = "block_size"  # the attention KV block in tokens the server used
+    # vLLM's `mamba_cache_mode` on a hybrid (none / align / all), from the server's log
+    MAMBA_CACHE_MODE: Final = "mamba_cache_mode"
+    # True: served with `--load-format dummy` (random weights); acceptance is not measured
+    DUMMY_WEIGHTS: Final = "dummy_weights"
     # tuner.study.space.GpuPart.emulation_record: the searched gpu_memory_utilization (of the
     # emulated card), the one launched on this card, and the arithmetic's inputs
     GPU_EMULATION: Final = "gpu_emulation"
@@ -107,6 +130,7 @@ class TrialAttr:
     REQUEUED_FROM: Final = "requeued_from"  # number of the interrupted trial this one repeats
     DUPLICATE_OF: Final = "duplicate_of"  # a queued run that repeated this trial (FAIL, no count)
     DRIVER: Final = "driver"  # {"host", "pid"} of the driver process running the trial
+    RAY_NODE: Final = "ray_node"  # the Ray node id (hex) whose worker ran (or lost) the trial
     # Errors after the workload finished (plain benchmark, stop): the trial keeps its value.
     NOTES: Final = "notes"  # list of one-line strings
     # tuner.workload.correctness_probe.ProbeResult.to_json(): greedy probe answers

@@ -1,7 +1,8 @@
 """Settings read from the environment (prefix `TUNER_`) with defaults that work on a fresh box.
 
 `TUNER_STORAGE` is the database URL shared by Optuna and our tables; `TUNER_CACHE_DIR` holds
-test models and server logs; `TUNER_VLLM_COMMAND` is the command that starts a vLLM server.
+test models and server logs; `TUNER_VLLM_COMMAND` is the command that starts a vLLM server;
+`TUNER_PROGRESS_INTERVAL_S` (default 60) is the longest a running trial stays silent in a log.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = ["LaunchCommand", "Settings", "default_launch_command", "get_settings"]
@@ -88,6 +90,9 @@ class Settings(BaseSettings):
     storage: str | None = None
     cache_dir: Path | None = None
     vllm_command: str | None = None
+    # Where output is not a terminal, a running trial prints a line at least this often
+    # (tuner.study.search.progress); tests shorten it.
+    progress_interval_s: float = Field(default=60.0, gt=0)
 
     def storage_url(self) -> str:
         """The database URL: `TUNER_STORAGE`, or a SQLite file in the user's data directory."""

@@ -1,8 +1,17 @@
 """A real CPU study (vLLM CPU build, SmolLM2, SQLite, replay), run once per test session.
 
-Several end-to-end tests read the same study: running it costs five real server starts (three
-trials, two confirmation runs), in two runs of the command, so that the second run's "adds new
-trials, repeats none" is checked without a start of its own.
+Several end-to-end tests read the same study: running it costs six real server starts (three
+trials, the floor start, one confirmation round), in two runs of the command, so that the
+second run's "adds new trials, repeats none" is checked without a start of its own.
+
+The studies run the CPU preset (search_spaces/smollm2-135m/cpu.yaml) with the per-run extras
+that these tests do not check cut (`short_space`): no warm-up (tasks and shape sweeps, about
+50 s a run on a Zen 4 and far more on a CPU without AVX-512, whose prefill is about 10x
+slower), a two-request plain benchmark, and `--enforce-eager` (no torch.compile at each start:
+ready in about 37 s instead of 62 s on a Zen 4, and the same tasks/h within noise, x1.021;
+benchmarks/data/cpu-settings-smollm2-135m-cpu.json). The space, the other server flags and
+the environment, the calibration and every stage are the preset's; the scored window it
+calibrates to is 30 s (`short_space`).
 """
 
 from __future__ import annotations
@@ -16,15 +25,18 @@ from pathlib import Path
 
 import optuna
 import pytest
+import yaml
 
 from tuner.study.search.roles import counts_toward_budget
+from tuner.study.space import preset_dir
+from tuner.testing import cpu_dtype_args
 
 N_TRIALS = 3  # budget trials of the session study: 2 in the first run, 1 in the second
 FIRST_RUN_TRIALS = 2
 # Scored tasks per trial in the end-to-end studies: what these tests check (storage, resume,
 # confirmation, screening, the reports) does not depend on the count, and every task costs each
 # server run of the suite a few seconds (docs/ci.md has the minutes); measurements are the
-# benchmarks' job (benchmarks/). With 4 the screening rungs fall on tasks 1 and 2.
+# benchmarks' job (benchmarks/). The studies run without screening (`cpu_study`).
 TASKS = 4
 
 
@@ -40,24 +52,49 @@ class CpuStudy:
     first_run: tuple[tuple[int, float | None, dict[str, object]], ...]
 
 
+def short_space(directory: Path) -> Path:
+    """The CPU preset without warm-up, with a two-request plain benchmark and eager
+    execution, as a file."""
+    data = yaml.safe_load((preset_dir() / "smollm2-135m" / "cpu.yaml").read_text())
+    data["workload"]["warmup_tasks"] = 0  # also skips the shape sweeps (tuner.workload.runner)
+    data["throughput_streams"] = [1]
+    data["throughput_requests"] = 2
+    # fp32 on a CPU without bf16 instructions (`cpu_dtype_args`): about 4x the prefill there.
+    data["model"]["server_args"] = ["--enforce-eager", *cpu_dtype_args()]
+    # A 30 s scored window instead of the CPU preset's 120 s: on a box whose calibration says
+    # the 4 tasks take longer, the study scales their contexts down (and says so), as a user's
+    # study does at 120 s on a slower one; on a Zen 4 the 4 tasks fit either way.
+    data["target_window_s"] = 30
+    # Three steps a task (the fewest a shape allows) instead of three to six: what these tests
+    # check does not depend on the steps, and each costs a Zen 3 about 10 s of decode (docs/ci.md).
+    data["workload"]["shape"].update({"steps_min": 3, "steps_max": 3, "steps_median": 3.0})
+    path = directory / "smollm2-135m-cpu-short.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.fixture(scope="session")
+def e2e_space(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The session's preset file (`short_space`)."""
+    return short_space(tmp_path_factory.mktemp("e2e-space"))
+
+
 def tuner_env(cache_dir: Path) -> dict[str, str]:
     """The environment the CLI runs in: the shared test cache, no terminal."""
     return {**os.environ, "TUNER_CACHE_DIR": str(cache_dir), "COLUMNS": "200"}
 
 
 def run_optimize(
-    storage_url: str, study: str, cache_dir: Path, n_trials: int, *extra: str
+    space: Path, storage_url: str, study: str, cache_dir: Path, n_trials: int, *extra: str
 ) -> subprocess.CompletedProcess[str]:
-    """`tuner optimize` on the CPU preset, as a user runs it."""
+    """`tuner optimize` on the CPU preset (`short_space`), as a user runs it."""
     argv = [
         sys.executable,
         "-m",
         "tuner.cli",
         "optimize",
-        "--model",
-        "smollm2-135m",
-        "--gpu",
-        "cpu",
+        "--space",
+        str(space),
         "--storage",
         storage_url,
         "--study",
@@ -75,7 +112,7 @@ def run_optimize(
 
 @pytest.fixture(scope="session")
 def cpu_study(
-    tmp_path_factory: pytest.TempPathFactory, cache_dir: Path, smollm2_path: Path
+    tmp_path_factory: pytest.TempPathFactory, cache_dir: Path, smollm2_path: Path, e2e_space: Path
 ) -> Iterator[CpuStudy]:
     """Three trials of the CPU preset on a SQLite file (baseline first, then candidates)."""
     db = tmp_path_factory.mktemp("cpu-study") / "study.db"
@@ -90,18 +127,32 @@ def cpu_study(
     # --full-space: the draws above are the preset's full space (the reduced one has no 1 GB
     # KV size); a later run of this study without the flag keeps the full space, since the
     # study searched it (tuner.study.search.driver).
-    flags = ("--seed", "7", "--full-space")
+    # --no-screening: every candidate runs its 4 tasks, so the study's later stages (the floor
+    # start, confirmation, explain's control of trial 1) run whichever config this CPU serves
+    # faster. With screening on, a Zen 3 pruned both n-gram candidates at their first rung, and
+    # explain and the confirmation stage had no finished candidate to work on. Screening itself
+    # is checked against the fake server (tests/integration/test_study_fake.py).
+    flags = ("--seed", "7", "--full-space", "--no-screening")
     # First run: the baseline and one candidate, no confirmation rounds (`--confirm 0` still
     # runs the floor start, the baseline's second start). Second run of the same study: one
     # more trial, then one confirmation round of the best candidate against that floor.
-    first = run_optimize(url, "cpu-e2e", cache_dir, FIRST_RUN_TRIALS, *flags, "--confirm", "0")
+    first = run_optimize(
+        e2e_space, url, "cpu-e2e", cache_dir, FIRST_RUN_TRIALS, *flags, "--confirm", "0"
+    )
     assert first.returncode == 0, first.stdout + first.stderr
     study = optuna.load_study(study_name="cpu-e2e", storage=url)
     before = tuple(
         (t.number, t.value, dict(t.params)) for t in study.trials if counts_toward_budget(t)
     )
     second = run_optimize(
-        url, "cpu-e2e", cache_dir, N_TRIALS - FIRST_RUN_TRIALS, *flags, "--confirm", "1,1"
+        e2e_space,
+        url,
+        "cpu-e2e",
+        cache_dir,
+        N_TRIALS - FIRST_RUN_TRIALS,
+        *flags,
+        "--confirm",
+        "1,1",
     )
     assert second.returncode == 0, second.stdout + second.stderr
     yield CpuStudy(url, "cpu-e2e", cache_dir, first.stdout + second.stdout, before)

@@ -14,7 +14,9 @@ from tests.e2e.conftest import CpuStudy, tuner_env
 from tuner.attrs import TrialAttr
 from tuner.storage import Store
 
-pytestmark = pytest.mark.vllm
+# Out of CI's core (tests/conftest.py SLOW_SUITES): its control is one more real server run
+# (about 4 min on a Zen 3); CI checks explain against the fake (test_explain_fake.py).
+pytestmark = [pytest.mark.vllm, pytest.mark.extended]
 
 
 def _explain(study: CpuStudy, trial: int, *extra: str) -> subprocess.CompletedProcess[str]:

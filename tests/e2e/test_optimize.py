@@ -7,7 +7,8 @@ import pytest
 from optuna.trial import TrialState
 
 from tests.e2e.conftest import FIRST_RUN_TRIALS, N_TRIALS, CpuStudy
-from tuner.attrs import TrialAttr
+from tuner.attrs import StudyAttr, TrialAttr
+from tuner.records import WorkloadRecord
 from tuner.storage import Store
 from tuner.study.search.roles import counts_toward_budget
 
@@ -46,6 +47,14 @@ def _check_study(url: str, name: str, n_trials: int) -> list[optuna.trial.Frozen
     return trials
 
 
+def _runs(study: CpuStudy, number: int) -> list[WorkloadRecord]:
+    store = Store(study.storage_url)
+    try:
+        return [run.record for run in store.workload_runs(study.study_name, number)]
+    finally:
+        store.close()
+
+
 def test_cpu_study_finishes_with_measurements(cpu_study: CpuStudy) -> None:
     trials = _check_study(cpu_study.storage_url, cpu_study.study_name, N_TRIALS)
     assert any(t.params["method"] == "ngram" for t in trials), [t.params for t in trials]
@@ -59,6 +68,22 @@ def test_cpu_study_finishes_with_measurements(cpu_study: CpuStudy) -> None:
         assert f"] trial {n} " in out and f"] trial {n} server ready: " in out, (n, out)
     assert "] ETA: " in out and "no server run left" in out, out
     assert f"dashboard: the recommendation is study {cpu_study.study_name}'s note" in out, out
+    # The first server was calibrated on the real build, once for the study: the measured
+    # rates are stored, and the second run of the command reused the sizing (no new probe).
+    study = optuna.load_study(study_name=cpu_study.study_name, storage=cpu_study.storage_url)
+    calibration = study.user_attrs[StudyAttr.CALIBRATION]
+    assert calibration["trial_number"] == trials[0].number, calibration
+    assert calibration["prefill_tps"] > 0 and calibration["decode_tps"] > 0, calibration
+    assert out.count("] calibrated on trial ") == 1, out
+    # Every trial that ran to the end played the calibrated task count (screening stops a
+    # pruned one at a rung, with fewer).
+    tasks = {
+        w.tasks
+        for t in trials
+        if t.state == TrialState.COMPLETE
+        for w in _runs(cpu_study, t.number)
+    }
+    assert tasks == {calibration["workload"]["tasks"]}, (tasks, calibration)
 
 
 def test_the_same_command_again_adds_new_trials_and_repeats_none(cpu_study: CpuStudy) -> None:

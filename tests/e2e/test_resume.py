@@ -24,7 +24,8 @@ from tuner.attrs import TrialAttr
 from tuner.server.reaper import port_free
 from tuner.storage import Store
 
-pytestmark = pytest.mark.vllm
+# Out of CI's core (tests/conftest.py SLOW_SUITES): `pytest -m extended` runs it.
+pytestmark = [pytest.mark.vllm, pytest.mark.extended]
 
 
 def _pid_files(state_dir: Path) -> list[dict[str, int]]:
@@ -56,13 +57,13 @@ def _wait_for_running_server(url: str, state_dir: Path, timeout_s: float) -> dic
 
 @pytest.mark.postgres
 def test_sigkilled_driver_resumes_without_loss(
-    postgres_url: str, cache_dir: Path, smollm2_path: Path
+    postgres_url: str, cache_dir: Path, smollm2_path: Path, e2e_space: Path
 ) -> None:
     url = postgres_url.replace("postgresql+psycopg://", "postgresql://")
     state_dir = cache_dir / "run"
     argv = [
-        sys.executable, "-m", "tuner.cli", "optimize", "--model", "smollm2-135m", "--gpu",
-        "cpu", "--storage", url, "--study", "killed", "--n-trials", "1", "--tasks", str(TASKS),
+        sys.executable, "-m", "tuner.cli", "optimize", "--space", str(e2e_space),
+        "--storage", url, "--study", "killed", "--n-trials", "1", "--tasks", str(TASKS),
     ]  # fmt: skip
     driver = subprocess.Popen(
         argv, env=tuner_env(cache_dir), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
@@ -73,7 +74,7 @@ def test_sigkilled_driver_resumes_without_loss(
         driver.send_signal(signal.SIGKILL)
         driver.wait()
     # The driver is gone; its server is an orphan until the next run reaps it.
-    proc = run_optimize(url, "killed", cache_dir, 1)
+    proc = run_optimize(e2e_space, url, "killed", cache_dir, 1)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert not _alive(server["pid"])
     assert port_free("127.0.0.1", server["port"])

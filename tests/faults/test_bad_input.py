@@ -256,6 +256,8 @@ TABLE: dict[str, tuple[tuple[str, ...], str]] = {
     "optimize-tasks-0": ((*OPT, "--tasks", "0"), "'--tasks'"),
     "optimize-timeout-0": ((*OPT, "--timeout", "0"), "'--timeout'"),
     "optimize-seed-word": ((*OPT, "--seed", "x"), "'--seed'"),
+    "optimize-baseline-every-negative": ((*OPT, "--baseline-every", "-1"), "'--baseline-every'"),
+    "optimize-baseline-every-word": ((*OPT, "--baseline-every", "x"), "'--baseline-every'"),
     "optimize-mode": ((*OPT, "--mode", "batch"), "must be live or replay"),
     "optimize-confirm-word": ((*OPT, "--confirm", "two"), "--confirm 'two': give K,R"),
     "optimize-space-missing": (("optimize", "--space", "{d}/nope.yaml"), "does not exist"),

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from tuner.server import Launcher, ServerSpec
-from tuner.testing import ServerPool
+from tuner.testing import ServerPool, cpu_dtype_args
 
 if TYPE_CHECKING:
     from tuner.study import OptimizeOptions
@@ -46,11 +46,19 @@ def vllm_pool(vllm_launcher: Launcher) -> Iterator[ServerPool]:
 
 @pytest.fixture(scope="session")
 def smollm2_spec(smollm2_path: Path) -> ServerSpec:
-    """The plain SmolLM2 server most tests share: no speculation, 1 GB of KV cache."""
+    """The plain SmolLM2 server most tests share: no speculation, 1 GB of KV cache.
+
+    Eager (`--enforce-eager`): these tests check what a server reports and does, not its
+    speed, and without torch.compile a start takes about 37 s instead of 62 s on a Zen 4
+    (benchmarks/data/cpu-settings-smollm2-135m-cpu.json; more on slower CPUs). Specs derived
+    with `replace` keep it. On a CPU without bf16 instructions it serves in fp32
+    (`tuner.testing.cpu_dtype_args`: about 4x the prefill of bf16 there).
+    """
     return ServerSpec(
         model=str(smollm2_path),
         served_model_name="smollm2",
         kv_cache_memory_bytes=1_000_000_000,
+        extra_args=("--enforce-eager", *cpu_dtype_args()),
     )
 
 

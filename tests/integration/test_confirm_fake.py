@@ -86,10 +86,11 @@ def test_confirmation_reruns_interleaved_and_the_winner_is_judged_on_its_rounds(
 
     study = optuna.load_study(study_name="fake", storage=options.storage_url)
     runs = [t for t in study.trials if t.user_attrs.get(TrialAttr.ROLE) == "confirm"]
-    # The baseline's round 0 (the probe's floor) runs first, then A B in round order.
-    assert _order(study) == [(0, 0), (1, 0), (0, 1), (1, 1)]
+    # The baseline's round 0 (the probe's floor) runs first, then A B, B A (a drift cancels).
+    assert _order(study) == [(0, 0), (1, 0), (1, 1), (0, 1)]
     assert all(t.state == TrialState.COMPLETE for t in runs)
-    assert [t.params for t in runs] == [study.trials[0].params, NGRAM] * 2
+    base_params = study.trials[0].params
+    assert [t.params for t in runs] == [base_params, NGRAM, NGRAM, base_params]
     # Stored like trials, each on a fresh server start; never counted toward --n-trials.
     store = Store(options.storage_url)
     starts = [store.server_starts("fake", t.number)[-1].record for t in runs]

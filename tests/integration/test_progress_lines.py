@@ -7,18 +7,26 @@ server takes minutes a trial). Its stdout and stderr go to a file, as under nohu
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import os
 import re
+import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import optuna
+import psutil
 import pytest
 import yaml
 from optuna_dashboard._note import get_note_from_system_attrs
 
 from tests.integration.conftest import fake_preset
+from tuner.server.reaper import port_free
 
 pytestmark = pytest.mark.ray
 
@@ -92,3 +100,219 @@ def test_optimize_to_a_file_prints_a_line_per_trial_and_an_eta(tmp_path: Path) -
     body = get_note_from_system_attrs(attrs, None)["body"]
     assert "### What to deploy: trial #" in body and "vllm serve" in body
     assert len(optuna.artifacts.get_all_artifact_meta(study)) == 5
+
+
+# The heartbeat interval under test (TUNER_PROGRESS_INTERVAL_S; 60 s by default), and what a gap
+# between two lines may exceed it by: the driver looks at its workers every 0.5 s, and this box
+# is shared.
+INTERVAL_S = 2.0
+SLACK_S = 2.0
+
+
+def _run_env(tmp_path: Path, preset: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
+    space = tmp_path / "fake.yaml"
+    space.write_text(yaml.safe_dump(preset))
+    env = {
+        **os.environ,
+        "TUNER_VLLM_COMMAND": f"{sys.executable} -m tuner.testing.fake_vllm",
+        "TUNER_CACHE_DIR": str(tmp_path / "cache"),
+        "TUNER_PROGRESS_INTERVAL_S": str(INTERVAL_S),
+    }
+    argv = [
+        sys.executable, "-m", "tuner.cli", "optimize", "--space", str(space), "--storage",
+        f"sqlite:///{tmp_path / 'study.db'}", "--n-trials", "1", "--confirm", "0",
+    ]  # fmt: skip
+    return argv, env
+
+
+class _Lines:
+    """A subprocess's merged output read line by line, each with the time it arrived."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.proc = proc
+        self.lines: list[tuple[float, str]] = []
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append((time.monotonic(), line.rstrip("\n")))
+
+    def wait_for(self, pattern: str, timeout_s: float) -> float:
+        """The arrival time of the first line matching `pattern`."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for at, line in list(self.lines):
+                if re.search(pattern, line):
+                    return at
+            if self.proc.poll() is not None and not self._thread.is_alive():
+                break
+            time.sleep(0.1)
+        raise AssertionError(f"no line matched {pattern!r}:\n{self.text()}")
+
+    def text(self) -> str:
+        return "\n".join(line for _, line in self.lines)
+
+    def join(self) -> None:
+        self._thread.join(timeout=10)
+
+
+def test_a_logged_run_never_goes_an_interval_without_a_line(tmp_path: Path) -> None:
+    # A server that takes 4 intervals to start and a workload that takes several: the lines
+    # that fill them say what the server is doing (its log's phase) and how the tasks go.
+    preset = fake_preset(
+        {"FAKE_VLLM_STARTUP_S": str(4 * INTERVAL_S), "FAKE_VLLM_TOKEN_DELAY_S": "0.06"},
+        tasks=4,
+        tool_latency_s=0.0,
+        gpu={"name": "cpu", "cpu": True},
+        throughput_streams=[1],
+        throughput_requests=2,
+        throughput_output_tokens=8,
+    )
+    argv, env = _run_env(tmp_path, preset)
+    proc = subprocess.Popen(
+        argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+    )
+    out = _Lines(proc)
+    assert proc.wait(timeout=300) == 0, out.text()
+    out.join()
+    started = out.wait_for(r"\] trial 0 \(baseline\) started: ", 1)
+    scored = out.wait_for(r"\] trial 0 \(baseline\) scored: ", 1)
+    window = [(at, line) for at, line in out.lines if started <= at <= scored]
+    # Long enough to need lines in between (the server alone takes 4 intervals).
+    assert scored - started > 6 * INTERVAL_S, out.text()
+    gaps = [b[0] - a[0] for a, b in itertools.pairwise(window)]
+    assert max(gaps) <= INTERVAL_S + SLACK_S, (gaps, out.text())
+    text = out.text()
+    # While the server starts: its seconds so far and the phase its log names.
+    assert re.search(r"\] trial 0 server starting: \d+ s, vLLM says: loading weights", text), text
+    assert re.search(
+        r"\] trial 0 server starting: \d+ s, vLLM says: warm-up: compiling for the batch shapes",
+        text,
+    ), text
+    # While it scores: tasks done of the total, the agents, the token rates so far.
+    assert re.search(
+        r"\] trial 0 scoring: \d+ s, [0-3] of 4 tasks done, 2 agents, [\d,]+ prompt tok/s and "
+        r"[\d,]+ gen tok/s so far",
+        text,
+    ), text
+    # No tqdm bar and no Ray notice anywhere in the output.
+    assert "Token authentication" not in text and "it/s]" not in text, text
+
+
+def _interruptible(tmp_path: Path, token_delay_s: float) -> tuple[subprocess.Popen[str], _Lines]:
+    """A `tuner optimize` in its own session (as a terminal runs it) whose trial 0 runs its
+    workload slowly: each model call takes seconds, so the next task boundary is far away."""
+    preset = fake_preset(
+        {"FAKE_VLLM_STARTUP_S": "1.0", "FAKE_VLLM_TOKEN_DELAY_S": str(token_delay_s)},
+        tasks=4,
+        tool_latency_s=0.0,
+        gpu={"name": "cpu", "cpu": True},
+        throughput_streams=[1],
+        throughput_requests=2,
+        throughput_output_tokens=8,
+    )
+    argv, env = _run_env(tmp_path, preset)
+    proc = subprocess.Popen(
+        argv,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        bufsize=1,
+        start_new_session=True,
+    )
+    out = _Lines(proc)
+    out.wait_for(r"\] trial 0 server ready: ", 240)
+    time.sleep(1.0)  # its agents are in their first model calls
+    return proc, out
+
+
+def _tree(pid: int) -> list[psutil.Process]:
+    return psutil.Process(pid).children(recursive=True)
+
+
+def _fake_servers(tree: list[psutil.Process]) -> list[psutil.Process]:
+    """The fake vLLM's processes (its supervisor's command line names it too)."""
+    found = []
+    for p in tree:
+        with contextlib.suppress(psutil.Error):
+            if "tuner.testing.fake_vllm" in " ".join(p.cmdline()):
+                found.append(p)
+    return found
+
+
+def _port(server: psutil.Process) -> int:
+    argv = server.cmdline()
+    return int(argv[argv.index("--port") + 1])
+
+
+def _left(tree: list[psutil.Process], grace_s: float = 10.0) -> list[str]:
+    """The processes of `tree` still alive `grace_s` after the driver exited (a process that
+    was told to stop may take a moment to die; one that outlives the grace was left behind)."""
+    with contextlib.suppress(psutil.Error):
+        psutil.wait_procs(tree, timeout=grace_s)
+    alive = []
+    for p in tree:
+        with contextlib.suppress(psutil.Error):
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                alive.append(f"{p.pid} {' '.join(p.cmdline())[:120]}")
+    return alive
+
+
+def test_ctrl_c_says_what_stops_exits_130_and_leaves_no_process(tmp_path: Path) -> None:
+    proc, out = _interruptible(tmp_path, 0.1)
+    try:
+        tree = _tree(proc.pid)
+        servers = _fake_servers(tree)
+        assert servers, [p.cmdline() for p in tree]
+        port = _port(servers[0])
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal sends
+        code = proc.wait(timeout=120)
+        # Before the clean-up below kills the process group: what the driver itself left.
+        left = _left(tree)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    out.join()
+    text = out.text()
+    assert code == 130, text
+    said = [line for _, line in out.lines if "interrupted" in line]
+    assert len(said) == 1, text
+    space = tmp_path / "fake.yaml"
+    assert said[0] == (
+        "interrupted: trial 0 (baseline) (none seqs 8) stops and goes back to the queue; "
+        f"resume with: tuner optimize --space {space} --storage sqlite:///{tmp_path / 'study.db'}"
+        " --n-trials 1 --confirm 0 (Ctrl-C again quits at once)"
+    ), text
+    assert not left, left
+    assert port_free("127.0.0.1", port)
+    # It is re-queued: the interrupted run failed, a copy of it waits.
+    study = optuna.load_study(study_name="fake-cpu", storage=f"sqlite:///{tmp_path / 'study.db'}")
+    states = [t.state for t in study.get_trials(deepcopy=False)]
+    assert states == [optuna.trial.TrialState.FAIL, optuna.trial.TrialState.WAITING], states
+
+
+def test_a_second_ctrl_c_quits_at_once_and_leaves_no_process(tmp_path: Path) -> None:
+    proc, out = _interruptible(tmp_path, 1.0)
+    try:
+        tree = _tree(proc.pid)
+        port = _port(_fake_servers(tree)[0])
+        os.killpg(proc.pid, signal.SIGINT)
+        out.wait_for(r"^interrupted: ", 30)
+        # The first one waits for the trial's next task boundary (seconds away); not this one.
+        os.killpg(proc.pid, signal.SIGINT)
+        second = time.monotonic()
+        code = proc.wait(timeout=60)
+        took = time.monotonic() - second
+        # Before the clean-up below kills the process group: what the driver itself left.
+        left = _left(tree)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    out.join()
+    assert code == 130, out.text()
+    assert took < 8, (took, out.text())
+    assert not left, left
+    assert port_free("127.0.0.1", port)

@@ -17,7 +17,8 @@ from tuner.metrics.prometheus import SPEC_DRAFTS, parse_metrics
 from tuner.server import Launcher, ServerSpec, SpeculativeSpec
 from tuner.testing import ServerPool
 
-pytestmark = pytest.mark.vllm
+# Out of CI's core (tests/conftest.py SLOW_SUITES): `pytest -m extended` runs it.
+pytestmark = [pytest.mark.vllm, pytest.mark.extended]
 
 # Repetitive text: n-gram lookup finds matches, so depth 3 drafts at every decode step.
 PROMPT = "count: one two three one two three one two three one two three one two three"

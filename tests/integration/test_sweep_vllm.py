@@ -19,7 +19,8 @@ from tuner.study.space import load_preset
 from tuner.study.stages.load_sweep import SWEEP_TABLE_SUFFIX, SweepOptions, run_sweep
 from tuner.testing import ServerPool
 
-pytestmark = pytest.mark.vllm
+# Out of CI's core (tests/conftest.py SLOW_SUITES): `pytest -m extended` runs it.
+pytestmark = [pytest.mark.vllm, pytest.mark.extended]
 
 
 def _study(url: str) -> None:

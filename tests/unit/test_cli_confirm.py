@@ -83,9 +83,10 @@ def test_the_preset_sets_the_confirmation_stage_and_the_option_overrides_it(
     tmp_path: Path,
 ) -> None:
     cpu = load_preset(model="smollm2-135m", gpu="cpu")
-    assert ConfirmPlan.for_preset(cpu) == ConfirmPlan(1, 3)  # the CPU default
+    # The default: the top 2, up to 10 sequential rounds (docs/decision-sim.md).
+    assert ConfirmPlan.for_preset(cpu) == ConfirmPlan(2, 10)
     gpu = load_preset(model="tiny-hybrid-mtp", gpu="h200")
-    assert ConfirmPlan.for_preset(gpu) == ConfirmPlan(2, 2)
+    assert ConfirmPlan.for_preset(gpu) == ConfirmPlan(2, 10)
     data = cpu.model_dump(mode="json")
     data["confirm"] = {"top_k": 3, "rounds": 1}
     preset_file = tmp_path / "p.yaml"

@@ -15,6 +15,7 @@ from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import create_trial
 
 from tuner.errors import StudyError
+from tuner.metrics import DEFAULT_NOISE, BetweenRunNoise
 from tuner.results.load_sweep import (
     SWEEP_ATTR,
     LoadPoint,
@@ -80,8 +81,17 @@ NGRAM1 = SweptConfig(
 )
 
 
-def sweep(*configs: SweptConfig, preset_agents: int = 4) -> LoadSweep:
-    return LoadSweep((1, 2, 4), preset_agents, "replay", TASKS, configs)
+# A study whose own repeats pinned the between-run noise down: sd 0.0337 of one run's log ratio
+# over 10 df (the noise the sentences and schedules below were worked out at). With one run
+# per load the interval is exp(log r +- t(0.975, 10) x 0.0337) = r x [0.928, 1.078]: x1.2 and
+# up clear it, and x0.8 loses.
+PINNED = BetweenRunNoise(0.0337, 10, "a study's repeats (test)")
+
+
+def sweep(
+    *configs: SweptConfig, preset_agents: int = 4, noise: BetweenRunNoise = PINNED
+) -> LoadSweep:
+    return LoadSweep((1, 2, 4), preset_agents, "replay", TASKS, configs, noise)
 
 
 def test_winner_per_load_follows_the_export_rule() -> None:
@@ -275,3 +285,24 @@ def test_a_schedule_runs_on_its_host_server_with_its_top_depth() -> None:
         "num_speculative_tokens_per_batch_size": [[1, 1, 2], [2, 8, 0]],
     }
     assert spec.max_num_seqs == 8
+
+
+def test_one_run_per_load_at_a_wide_prior_calls_only_large_gains() -> None:
+    # A study with no repeats of its own: sd 0.065 over 2 df, so one run's interval is
+    # r x exp(+-4.303 x 0.065) = r x [0.756, 1.323]. Depth 1's x1.33 at 1 agent clears 1
+    # (1.333 x 0.756 = 1.008); its x1.2 at 2 and 4 agents does not (0.907).
+    wide = BetweenRunNoise(0.065, 2, "a prior without repeats (test)")
+    s = sweep(BASE, NGRAM1, noise=wide)
+    assert [winner_at(s, n).key for n in (1, 2, 4)] == ["#5", "#0", "#0"]  # type: ignore[union-attr]
+    # The same runs at the pinned noise: x1.2 clears [0.928, 1.078] at every load.
+    s = sweep(BASE, NGRAM1)
+    assert [winner_at(s, n).key for n in (1, 2, 4)] == ["#5", "#5", "#5"]  # type: ignore[union-attr]
+
+
+def test_the_sweep_keeps_its_noise_and_an_old_sweep_reads_as_the_default() -> None:
+    s = sweep(BASE, NGRAM3)
+    back = LoadSweep.from_json(s.to_json())
+    assert (back.noise.log_sd, back.noise.df) == (0.0337, 10)
+    old = s.to_json()
+    del old["noise"]  # stored before sweeps carried their noise
+    assert LoadSweep.from_json(old).noise == DEFAULT_NOISE

@@ -29,7 +29,13 @@ from tuner.metrics import (
     two_proportion_drop,
 )
 from tuner.metrics.legacy import legacy_paired_ratio
-from tuner.metrics.scoring import f_sf, noise_for_study, student_t_cdf, student_t_quantile
+from tuner.metrics.scoring import (
+    combine_noise,
+    f_sf,
+    noise_for_study,
+    student_t_cdf,
+    student_t_quantile,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from decision_sim import load_recorded, simulated_run
@@ -87,9 +93,25 @@ def test_rounds_that_agree_beat_and_rounds_that_disagree_do_not() -> None:
     assert disagree is not None
     assert disagree.low < 1.0 < disagree.high and not disagree.beats and not disagree.loses
     assert disagree.high / disagree.low > agree.high / agree.low
-    # Their spread is far beyond the recorded noise: the recorded value is dropped, not pooled.
-    assert disagree.df == 3 and "this study's 4 rounds, beyond the recorded" in disagree.describe()
-    assert agree.df == DEFAULT_NOISE.df + 3
+    # Their spread is far beyond the prior: the prior is updated by it (conjugate), by weight,
+    # and the interval's sd lies between the prior's and the rounds' own.
+    assert disagree.df == agree.df == DEFAULT_NOISE.df + 3
+    assert "the prior 0.065 (2 df" in disagree.describe()
+    assert "with this study's 4 rounds (3 df)" in disagree.describe()
+    own = stats.tstd([math.log(r) for r in disagree.round_ratios])
+    assert DEFAULT_NOISE.log_sd < disagree.noise.log_sd < own
+
+
+def test_the_conjugate_update_matches_the_posterior_of_a_scaled_inverse_chi_square() -> None:
+    # Prior scale s0^2 over d0 df, data sum of squares over k df: the posterior is scaled
+    # inverse chi-square with d0 + k df; its scale is the one whose inverse-gamma mean times
+    # (d0 + k - 2) / (d0 + k) it is. Checked against scipy's inverse gamma.
+    prior = BetweenRunNoise(0.05, 6, "prior")
+    post = combine_noise(prior, 0.03, 4, "own")
+    a, b = post.df / 2, post.df * post.log_sd**2 / 2
+    mean = stats.invgamma(a, scale=b).mean()
+    assert mean == pytest.approx((6 * 0.05**2 + 0.03) / (6 + 4 - 2))
+    assert post.df == 10 and combine_noise(prior, 1.0, 0, "none") is prior
 
 
 def test_a_identical_config_rarely_beats() -> None:
@@ -127,14 +149,15 @@ def test_makespan_runs_agents_at_once() -> None:
     assert parallel_low > 1.3 * serial_low
 
 
-def test_a_noisier_machine_overrides_the_recorded_noise() -> None:
-    # Two baseline starts 1% apart fit the recorded noise; 44% apart (the loaded 2-core box of
-    # the A/A study) do not, and the study's own spread is used, with its 1 df.
-    assert noise_for_study(DEFAULT_NOISE, [530.0, 535.0]) is DEFAULT_NOISE
+def test_a_noisier_machine_widens_the_noise_by_its_weight() -> None:
+    # Two baseline starts 1% apart pull the prior down a little; 44% apart (the loaded 2-core
+    # box of the A/A study) pull it up: each by its 1 df, never switching the prior off.
     assert noise_for_study(DEFAULT_NOISE, [530.0]) is DEFAULT_NOISE
+    calm = noise_for_study(DEFAULT_NOISE, [530.0, 535.0])
     own = noise_for_study(DEFAULT_NOISE, [217.7, 313.1])
-    assert own.df == 1 and own.log_sd == pytest.approx(math.log(313.1 / 217.7))
-    assert own.source.startswith("this study's 2 baseline starts")
+    assert calm.df == own.df == DEFAULT_NOISE.df + 1
+    assert calm.log_sd < DEFAULT_NOISE.log_sd < own.log_sd < math.log(313.1 / 217.7)
+    assert "with this study's 2 baseline starts (1 df)" in own.describe()
     f = (math.log(313.1 / 217.7) / DEFAULT_NOISE.log_sd) ** 2
     assert f_sf(f, 1, DEFAULT_NOISE.df) == pytest.approx(stats.f.sf(f, 1, DEFAULT_NOISE.df))
     assert f_sf(0.7, 3, 11) == pytest.approx(stats.f.sf(0.7, 3, 11))

@@ -85,7 +85,7 @@ def test_baseline_starts_that_disagree_widen_an_unconfirmed_verdict(tmp_path: Pa
     )
     choice = choose_export(replace(results, trials=(*results.trials, floor)))
     assert choice.trial.number == 0 and not choice.confirmed
-    assert "this study's 2 baseline starts, beyond the recorded 0.034" in choice.reason
+    assert "with this study's 2 baseline starts (1 df)" in choice.reason
 
 
 def test_a_failed_confirmation_start_counts_against_its_config(tmp_path: Path) -> None:

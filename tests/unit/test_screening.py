@@ -20,6 +20,7 @@ sys.path.insert(0, str(BENCH))
 from _grid_replay import DATA, GridTable  # noqa: E402
 from _grid_replay_backend import GridReplayBackend  # noqa: E402
 
+from tests.conftest import stub_cluster_join  # noqa: E402
 from tuner.attrs import Role, TrialAttr  # noqa: E402
 from tuner.study.search.driver import request_factory  # noqa: E402
 from tuner.study.search.loop import LoopSettings, StudyLoop  # noqa: E402
@@ -133,9 +134,8 @@ def test_tuner_optimize_screens_only_when_asked(
         raise SystemExit(0)  # the options are what this test checks; the study is not run
 
     monkeypatch.setattr(study_pkg, "optimize", capture)
-    # --ray-address: the command then joins a cluster instead of starting Ray (never reached;
-    # its cheap reachability check is skipped here, the options are what is checked).
-    monkeypatch.setattr(driver, "_check_ray_address", lambda _address: None)
+    # --ray-address: the command would join a cluster (never reached: see stub_cluster_join).
+    stub_cluster_join(monkeypatch)
     base = ["optimize", "--model", "smollm2-135m", "--gpu", "cpu", "--ray-address",
             "127.0.0.1:1", "--storage", f"sqlite:///{tmp_path / 't.db'}"]  # fmt: skip
     runner = CliRunner()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tuner.records import StartupFacts
 from tuner.server import merge_facts, parse_cache_info, parse_log, parse_metric_labels
+from tuner.server.facts import HybridCache, parse_hybrid_cache
 
 # Lines of a real SmolLM2 start on this machine (vLLM 0.32.0 CPU, --kv-cache-memory-bytes 1e9).
 CPU_LOG = """\
@@ -95,3 +96,22 @@ def test_merge_prefers_metrics_and_adds_the_measured_startup_time() -> None:
     assert merged.max_concurrency == 5.30
     assert merged.engine_init_seconds == 39.54
     assert merged.startup_seconds == 58.2
+
+
+# A hybrid's start with prefix caching on, in the format of vLLM's own lines (the mode line
+# from vllm/model_executor/models/config.py as installed here; the block line from the H200 run
+# of issue 35, where 0.26.0 chose align and a 400-token block).
+HYBRID_LOG = """\
+(APIServer pid=1) INFO 12-02 10:00:01 [config.py:688] Mamba cache mode is set to 'align' for \
+Qwen3_5ForConditionalGeneration by default when prefix caching is enabled
+(APIServer pid=1) INFO 12-02 10:00:01 [config.py:512] Setting attention block size to 400 tokens \
+to ensure that attention page size is >= mamba page size.
+"""
+
+
+def test_hybrid_cache_mode_and_attention_block_from_the_log() -> None:
+    assert parse_hybrid_cache(HYBRID_LOG) == HybridCache("align", 400)
+    # A mode given on the command line shows only among the non-default args.
+    given = "INFO non-default args: {'mamba_cache_mode': 'all', 'enable_prefix_caching': True}"
+    assert parse_hybrid_cache(given) == HybridCache("all", None)
+    assert parse_hybrid_cache(CPU_LOG) == HybridCache()

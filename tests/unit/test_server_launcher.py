@@ -18,6 +18,7 @@ import pytest
 from tuner.errors import ServerError
 from tuner.server import FailureKind, Launcher, ServerHandle, ServerSpec, free_port
 from tuner.server.failures import StartupFailed
+from tuner.server.launcher import startup_phase
 from tuner.server.reaper import group_members, port_free
 from tuner.settings import LaunchCommand
 
@@ -307,3 +308,32 @@ def test_a_picked_port_taken_before_the_bind_is_retried_on_another(
     first, second = launcher.handles
     assert "Address already in use" in first.log_path.read_text()
     assert second is handle
+
+
+ASSET_LOGS = Path(__file__).parents[1] / "assets" / "logs"
+
+
+def test_the_start_up_phase_is_the_last_one_vllms_log_names() -> None:
+    # A real vLLM 0.32 CPU log, cut where the API server had read the model's config, then
+    # where the worker had sized its KV cache.
+    real = (ASSET_LOGS / "cpu-kv-too-small.log").read_text().splitlines()
+    assert startup_phase("\n".join(real[:9])) == "reading the model's config"
+    assert startup_phase("\n".join(real[:11])) == "sizing the KV cache"
+    assert startup_phase("Triton is installed, but doesn't include CPU backend.") is None
+    # vLLM's own words for the later phases (v1/worker/cpu_model_runner.py, compilation/).
+    text = "\n".join(real[:11]) + (
+        "\n(EngineCore pid=1) INFO [cpu_model_runner.py:87] Warming up model for the compilation"
+    )
+    assert startup_phase(text) == "warm-up: compiling for the batch shapes"
+    assert startup_phase("INFO [monitor.py:40] Starting torch.compile") == "compiling"
+
+
+def test_a_start_is_heard_while_it_waits(tmp_path: Path) -> None:
+    heard: list[tuple[float, str | None]] = []
+    launcher = Launcher(log_dir=tmp_path / "logs", state_dir=tmp_path / "run", launch_command=FAKE)
+    spec = ServerSpec(model="m", env={"FAKE_VLLM_STARTUP_S": "2.0"})
+    with launcher.launch(spec, timeout_s=30, on_wait=lambda s, p: heard.append((s, p))):
+        pass
+    assert len(heard) >= 2 and heard[0][0] < 0.5 and heard[-1][0] >= 1.0, heard
+    phases = [p for _, p in heard]
+    assert "loading weights" in phases and "warm-up: compiling for the batch shapes" in phases

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import stub_cluster_join
 from tuner.study.preflight.sizing import (
     in_flight,
     kv_bytes_per_token,
@@ -141,11 +142,8 @@ def test_tuner_optimize_passes_full_space_through(
         raise SystemExit(0)  # the options are what this test checks; the study is not run
 
     monkeypatch.setattr(study_pkg, "optimize", capture)
-    # --ray-address: the command joins a cluster instead of starting Ray (never reached; its
-    # cheap reachability check is skipped here, the options are what is checked).
-    from tuner.study.search import driver
-
-    monkeypatch.setattr(driver, "_check_ray_address", lambda _address: None)
+    # --ray-address: the command would join a cluster (never reached: see stub_cluster_join).
+    stub_cluster_join(monkeypatch)
     base = ["optimize", "--model", "smollm2-135m", "--gpu", "cpu", "--ray-address",
             "127.0.0.1:1", "--storage", f"sqlite:///{tmp_path / 't.db'}"]  # fmt: skip
     for args in (base, [*base, "--full-space"]):

@@ -28,7 +28,7 @@ class _MambaLauncher:
     def __init__(self, **_: Any) -> None:
         pass
 
-    def launch(self, spec: Any, *, timeout_s: float, attempt: int) -> Any:
+    def launch(self, spec: Any, *, timeout_s: float, attempt: int, **_kw: Any) -> Any:
         self.launched.append(spec.max_num_seqs)
         blocks = self.available[attempt]
         failure = StartupFailure(

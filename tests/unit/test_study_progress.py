@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 
 import optuna
+import pytest
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import FrozenTrial, TrialState
 
@@ -15,6 +16,8 @@ from tuner.study.search.progress import (
     estimate_line,
     eta_line,
     finished_line,
+    heartbeat_line,
+    interrupted_line,
     minutes,
     ready_line,
     run_estimate_s,
@@ -149,3 +152,61 @@ def test_lines_are_stamped_flushed_and_the_eta_counts_later_stages() -> None:
         "[0:02:00] ETA: about 18 min left (9 server runs to go at 120 s a run, measured over "
         "1 server run of this command)",
     ]
+
+
+def test_a_running_trial_says_its_phase_once_an_interval_passed_without_a_line() -> None:
+    now = [0.0]
+    out = io.StringIO()
+    lines = ProgressLines(stream=out, now=lambda: now[0], interval_s=60.0)
+    lines.started(3, {}, "ngram d1 seqs 4")
+    for t, state in (
+        (30.0, "server starting: vLLM says: loading weights"),
+        (59.5, "server starting: vLLM says: compiling"),  # not yet an interval: quiet
+        (61.0, "server starting: vLLM says: compiling"),
+        (90.0, "scoring: 0 of 12 tasks done, 2 agents, 0 prompt tok/s and 0 gen tok/s so far"),
+        (150.0, "scoring: 5 of 12 tasks done, 2 agents, 1,234 prompt tok/s and 41 gen tok/s"),
+    ):
+        now[0] = t
+        lines.heartbeat(3, state)
+    assert out.getvalue().splitlines()[1:] == [
+        "[0:01:01] trial 3 server starting: 61 s, vLLM says: compiling",
+        # The seconds are the phase's: the scored window opened at 90 s.
+        "[0:02:30] trial 3 scoring: 60 s, 5 of 12 tasks done, 2 agents, 1,234 prompt tok/s and "
+        "41 gen tok/s",
+    ]
+
+
+def test_any_line_of_a_trial_restarts_its_interval() -> None:
+    now = [0.0]
+    out = io.StringIO()
+    lines = ProgressLines(stream=out, now=lambda: now[0], interval_s=10.0)
+    lines.started(0, {}, "none")
+    now[0] = 8.0
+    lines.ready(0, 1000, 8.0)
+    now[0] = 17.0
+    lines.heartbeat(0, "workload")  # 9 s after "ready": quiet
+    now[0] = 18.0
+    lines.heartbeat(0, "correctness probe")
+    assert out.getvalue().splitlines()[-1] == "[0:00:18] trial 0 correctness probe: 0 s"
+    assert heartbeat_line(1, "starting", 5) == "trial 1 server starting: 5 s"
+
+
+def test_the_interval_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TUNER_PROGRESS_INTERVAL_S", "2.5")
+    assert ProgressLines(stream=io.StringIO()).interval_s == 2.5
+    monkeypatch.delenv("TUNER_PROGRESS_INTERVAL_S")
+    assert ProgressLines(stream=io.StringIO()).interval_s == 60.0
+
+
+def test_the_interrupt_line_names_what_stops_and_the_command_that_resumes() -> None:
+    resume = "tuner optimize --model smollm2-135m --gpu cpu --n-trials 6"
+    assert interrupted_line([(2, {TrialAttr.ROLE: "candidate"}, "ngram d1 seqs 4")], resume) == (
+        "interrupted: trial 2 (ngram d1 seqs 4) stops and goes back to the queue; resume with: "
+        "tuner optimize --model smollm2-135m --gpu cpu --n-trials 6 (Ctrl-C again quits at once)"
+    )
+    two = [(0, {TrialAttr.ROLE: "baseline"}, "none"), (1, {}, "ngram d1")]
+    assert interrupted_line(two, "tuner confirm").startswith(
+        "interrupted: trial 0 (baseline) (none) and trial 1 (ngram d1) stop and go back to the "
+        "queue; resume with: tuner confirm"
+    )
+    assert interrupted_line([], "tuner confirm").startswith("interrupted: no trial was running;")

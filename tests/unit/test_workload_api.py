@@ -36,7 +36,7 @@ def test_runner_signature_is_keyword_only_after_the_client() -> None:
     params = inspect.signature(tuner.workload.run_workload).parameters
     assert list(params) == [
         "client", "base_url", "model", "settings", "tokenizer", "on_progress", "should_stop",
-        "energy", "block_size",
+        "energy", "block_size", "on_activity",
     ]  # fmt: skip
     kinds = {name: p.kind for name, p in params.items()}
     assert kinds["client"] is inspect.Parameter.POSITIONAL_OR_KEYWORD

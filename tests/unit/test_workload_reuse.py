@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from tuner.attrs import TrialAttr
 from tuner.workload import REUSE_CLASSES, classify_reuse
+from tuner.workload.reuse import count_reuse, reuse_phrase, reuse_suffix, three_way
 
 
 @pytest.mark.parametrize(
@@ -30,3 +32,21 @@ def test_classify_reuse(
 ) -> None:
     assert classify_reuse(previous, cached, block) == expected
     assert expected in REUSE_CLASSES
+
+
+def test_three_way_folds_one_block_short_and_partial_into_short() -> None:
+    # The published table's classes: a step that kept some but not all of its previous prompt
+    # is "short", whether it lost one block (MTP's drop) or more.
+    counts = count_reuse(["first", "all", "all", "one_block_short", "partial", "none", "unknown"])
+    assert counts == {"all": 2, "one_block_short": 1, "partial": 1, "none": 1}
+    assert three_way(counts) == (2, 2, 1)
+
+
+def test_reuse_phrase_and_the_progress_suffix() -> None:
+    counts = {"all": 66, "one_block_short": 5, "partial": 8, "none": 9}
+    assert reuse_phrase(counts, 400, 9) == "reuse all/short/none 66/13/9 (block 400), 9 preemptions"
+    assert reuse_phrase(None, None, 1) == "1 preemption"
+    assert reuse_phrase({"all": 0, "none": 0}, 16, None) == ""
+    attrs = {TrialAttr.REUSE: counts, TrialAttr.BLOCK_SIZE: 416, TrialAttr.PREEMPTIONS: 0}
+    assert reuse_suffix(attrs) == "; reuse all/short/none 66/13/9 (block 416), 0 preemptions"
+    assert reuse_suffix({}) == ""

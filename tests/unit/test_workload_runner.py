@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -337,3 +338,28 @@ def test_a_completion_that_no_longer_fits_is_context_overflow_with_both_numbers(
     )
     other = RequestFailed(400, '{"error": {"message": "temperature must be >= 0"}}')
     assert not other.context_overflow and other.reason == "HTTP 400: temperature must be >= 0"
+
+
+def test_the_run_says_what_it_does_through_warm_up_sweeps_and_scoring(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import tuner.workload.runner as runner
+
+    monkeypatch.setattr(runner, "ACTIVITY_EVERY_S", 0.001)
+    said: list[str] = []
+    _run(FakeChat(), _settings(), on_activity=said.append)
+    stages = [s.split(":", 1)[0] for s in said]
+    # In order, each stage once it began: never back to an earlier one.
+    order = ["warm-up", "warm-up sweeps", "scoring"]
+    assert [order.index(s) for s in stages] == sorted(order.index(s) for s in stages), said
+    assert set(stages) == set(order), said
+    assert any(re.fullmatch(r"warm-up: [0-2] of 2 warm-up tasks done", s) for s in said), said
+    assert any(s.startswith("warm-up sweeps: sweep 1 of at most 3") for s in said), said
+    scoring = [s for s in said if s.startswith("scoring")]
+    pattern = (
+        r"scoring: (\d) of 8 tasks done, 2 agents, ([\d,]+) prompt tok/s and [\d,]+ gen tok/s "
+        "so far"
+    )
+    rates = [re.fullmatch(pattern, s) for s in scoring]
+    assert all(rates), scoring
+    assert any(int(m.group(1)) > 0 and m.group(2) != "0" for m in rates if m), scoring

@@ -120,7 +120,11 @@ def run(root: typer.Typer, argv: list[str] | None = None) -> int:
     from tuner.errors import TunerError, first_error
 
     try:
-        root(args=argv, standalone_mode=False)
+        code = root(args=argv, standalone_mode=False)
+        if isinstance(code, int):
+            # typer turns Ctrl-C into Exit(130) and, not standalone, returns an Exit's code
+            # instead of raising it: ignoring it made an interrupted command exit 0.
+            return code
     except typer.Exit as exc:
         return int(exc.exit_code)
     except typer.Abort:

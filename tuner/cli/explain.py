@@ -57,6 +57,9 @@ def explain_cmd(
             "explained_by_memory": a.explained_by_memory,
             "memory_share": a.memory_share,
             "sentence": result.sentence(),
+            "split": result.split(),
+            "kv_cut_mismatch": result.kv_cut_mismatch,
+            "notes": list(result.notes),
             "controls_run": result.controls_run,
         }
         console.print_json(json.dumps(payload))
@@ -67,9 +70,9 @@ def explain_cmd(
         "trial",
         "tasks/h (95% CI)",
         "KV cache tokens",
-        "reused all",
-        "one block short",
-        "reused nothing",
+        "block",
+        "reuse all / short / none",
+        "preemptions",
     ):
         table.add_column(column)
     for row in result.rows:
@@ -79,11 +82,15 @@ def explain_cmd(
             f"{row.tasks_per_hour:.0f} "
             f"({row.tasks_per_hour_low:.0f}-{row.tasks_per_hour_high:.0f})",
             f"{row.kv_cache_tokens:,}" if row.kv_cache_tokens is not None else "not measured",
-            _pct(row.reused_all),
-            _pct(row.reused_one_block_short),
-            _pct(row.reused_nothing),
+            str(row.block_size) if row.block_size is not None else "not measured",
+            " / ".join(_pct(x) for x in (row.reused_all, row.reused_short, row.reused_nothing))
+            + (f" of {row.reuse_steps}" if row.reuse_steps else ""),
+            str(row.preemptions) if row.preemptions is not None else "not measured",
         )
     console.print(table)
     console.print(result.sentence())
+    console.print(result.split())
+    for note in result.notes:
+        console.print(f"note: {note}")
     if result.controls_run:
         console.print(f"({result.controls_run} control trial(s) run and stored in the study)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import typer
@@ -25,7 +26,10 @@ def prepare_cmd(
     """Build test model NAME into the cache (once) and print its path."""
     from tuner.settings import get_settings
 
-    path = prepare(name, cache_dir or get_settings().cache_path())
+    def say(line: str) -> None:  # the "preparing ..." line, on stderr: stdout is the path
+        print(line, file=sys.stderr, flush=True)
+
+    path = prepare(name, cache_dir or get_settings().cache_path(), say=say)
     console.print(str(path), soft_wrap=True, highlight=False)
 
 

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import sys
 from collections.abc import Iterator
@@ -66,6 +67,16 @@ def optimize_cmd(
             "an identical copy must not beat the baseline).",
         ),
     ] = None,
+    baseline_every: Annotated[
+        int,
+        typer.Option(
+            "--baseline-every",
+            min=0,
+            help="Start the baseline again after every K trials of the search (not counted in "
+            "--n-trials): search-time scores become ratios to its drift-corrected rate, and its "
+            "repeats update the between-run noise. 0: never. Default 5 (docs/decisions.md).",
+        ),
+    ] = 5,
     screening: Annotated[
         bool | None,
         typer.Option(
@@ -75,12 +86,32 @@ def optimize_cmd(
             "pays: docs/decisions.md).",
         ),
     ] = None,
+    slots: Annotated[
+        int | None,
+        typer.Option(
+            "--slots",
+            min=1,
+            help="Servers at once, each on one slot: gpu.tensor_parallel_size GPUs of one Ray "
+            "node (CPU presets: one 'tuner_cpu_slot' of a node). Default: the preset's "
+            "gpu.count / tensor_parallel_size; checked against the cluster.",
+        ),
+    ] = None,
     full_space: Annotated[
         bool,
         typer.Option(
             "--full-space",
             help="Search every value of the preset's space, also those the workload cannot use "
             "(max_num_seqs above its requests in flight, KV cache beyond its contexts).",
+        ),
+    ] = False,
+    no_calibrate: Annotated[
+        bool,
+        typer.Option(
+            "--no-calibrate",
+            help="Keep the preset's workload size. By default a CPU preset's first server "
+            "measures prefill and decode tokens/s and scales contexts, then tasks, down until "
+            "the scored window fits the preset's target_window_s (120 s); the study keeps "
+            "that sizing.",
         ),
     ] = False,
 ) -> None:
@@ -119,8 +150,11 @@ def optimize_cmd(
         ray_address=ray_address,
         seed=seed,
         also_try_baseline=also_try == "baseline",
+        baseline_every=baseline_every,
         screening=screening,
         full_space=full_space,
+        calibrate=not no_calibrate,
+        slots=slots,
     )
     if ray_address:  # a socket connect: one line within seconds, before anything is printed
         from tuner.study.search.driver import _check_ray_address
@@ -133,7 +167,11 @@ def optimize_cmd(
     # One local Ray for the search and the confirmation stage: each would otherwise start and
     # stop its own in this process. In one CPU run, the confirmation's first run was
     # interrupted just after the search's Ray had shut down (the next run resumed it).
-    with _one_ray(ray_address):
+    with _interrupt_exits(), _one_ray(ray_address):
+        from tuner.cli._checks import cluster_slots
+
+        # What the cluster offers, before anything is written (one line, exit 2, if short).
+        cluster_slots(slots, preset.gpu, ray_address or "this machine (local)")
         if options.progress is not None:
             options.progress.later_runs = _confirm_runs(plan)
         summary = optimize(preset, options)
@@ -169,15 +207,17 @@ def _confirm_and_print(options: Any, plan: Any) -> None:
 
     if plan.enabled:
         console.print(
-            f"confirmation: the top {plan.k} candidates and the baseline, {plan.rounds} more "
-            "fresh starts each, interleaved (the baseline's first is the correctness floor)"
+            f"confirmation: the top {plan.k} candidates and the baseline, up to {plan.rounds} "
+            "more fresh starts each, interleaved in alternating order, stopping once the "
+            f"verdict is decided (first look after {plan.first_look}; the baseline's first "
+            "start is the correctness floor)"
         )
     else:
         console.print(
             "no confirmation; one more start of the baseline for the correctness floor "
             "(export will say unconfirmed)"
         )
-    result = confirm_study(options, plan)
+    result = confirm_study(options, plan, say=console.print)
     if not plan.enabled:
         return
     table = Table(title="confirmation (paired with the baseline, round by round)")
@@ -228,7 +268,23 @@ def _announce(options: Any, preset: Any, n_trials: int, plan: Any) -> None:
 
     if options.progress is not None:
         options.progress.say(workload_line(preset))
-        options.progress.say(estimate_line(preset, n_trials, _confirm_runs(plan)))
+        options.progress.say(
+            estimate_line(preset, n_trials, _confirm_runs(plan), **_sizing(options, preset))
+        )
+
+
+def _sizing(options: Any, preset: Any) -> dict[str, Any]:
+    """What the estimate knows of the study's sizing: its calibration, or the window the first
+    server will size the workload to (`tuner.study.preflight.plan`)."""
+    from tuner.study.preflight.plan import read_stored_study
+
+    stored = read_stored_study(options.storage_url, options.study_name or preset.study_name)
+    if stored is not None and stored.calibration is not None:
+        return {"calibration": stored.calibration}
+    fresh = stored is None or (stored.sizing_off is None and not stored.measured)
+    if fresh and getattr(options, "calibrate", False) and preset.window_s is not None:
+        return {"window_s": preset.window_s}
+    return {}
 
 
 def _confirm_runs(plan: Any) -> int:
@@ -252,8 +308,31 @@ def _options(url: str, cache: Path, study: str | None, **search: Any) -> Any:
         study_name=study,
         show_progress=show_progress,
         progress=progress,
+        resume_command=_this_command(),
         **search,
     )
+
+
+def _this_command() -> str:
+    """The command line that ran this process, as a user would type it again."""
+    program = sys.argv[0] if Path(sys.argv[0]).name == "tuner" else "tuner"
+    return shlex.join([program, *sys.argv[1:]])
+
+
+@contextmanager
+def _interrupt_exits() -> Iterator[None]:
+    """Ctrl-C: exit 130 with one line. The study's own line (what stopped, the command that
+    resumes: tuner.study.search.driver) is said already; before or between its stages, this
+    says the command that resumes."""
+    from tuner.study.search.driver import StudyInterrupted
+
+    try:
+        yield
+    except StudyInterrupted:
+        raise typer.Exit(130) from None
+    except KeyboardInterrupt:
+        print(f"interrupted; resume with: {_this_command()}", file=sys.stderr, flush=True)
+        raise typer.Exit(130) from None
 
 
 def _num(value: float | None) -> str:
@@ -280,7 +359,8 @@ def confirm_cmd(
     options = _options(url, cache, study)
     if stored is not None and plan.enabled:
         _announce(options, stored, 0, plan)
-    _confirm_and_print(options, plan)
+    with _interrupt_exits():
+        _confirm_and_print(options, plan)
     _publish(options.storage_url, study)
     console.print("next: tuner export (decides on the confirmation rounds), tuner report")
 
@@ -308,18 +388,19 @@ def _stored_preset(url: str, study: str) -> Any:
 
 @contextmanager
 def _one_ray(address: str | None) -> Iterator[None]:
-    """A local Ray instance for the whole command (the driver joins it; none when joining one)."""
+    """Ray for the whole command: a local instance, or the cluster at `address`, joined once."""
     import ray
 
     from tuner.study.search.driver import _start_ray
 
-    # The driver's own start of a local instance: its private temp dir, None if one runs already.
-    tmp = None if address else _start_ray(None)
-    if tmp is None:
+    if ray.is_initialized():
         yield
         return
+    # The driver's own start of a local instance: its private temp dir; None when joining.
+    tmp = _start_ray(address)
     try:
         yield
     finally:
         ray.shutdown()
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)

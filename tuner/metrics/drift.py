@@ -10,6 +10,13 @@ is detected and reported, never averaged away:
   rounds; its normal approximation, p < `ALPHA`, from 5 rounds on) whose size, the Theil-Sen
   slope over the whole span relative to the median, is at least `MIN_CHANGE` (5%);
 - `first_round_gap`: round 1 against the mean of the later rounds, relative.
+
+Drift during the search is measured and corrected, not just reported: the baseline starts again
+every few trials (`tuner.study.search.roles.rerun_due`), and a search-time trial is compared
+with the baseline's rate at its own place in the study's run order (`baseline_at`: log-linear
+interpolation between the baseline starts that bracket it; after the last one, that latest
+start). The same starts, with a straight line in run order fitted through their log tasks/h, are
+the study's own repeats of the between-run noise (`drift_corrected_noise`).
 """
 
 from __future__ import annotations
@@ -20,7 +27,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-__all__ = ["ALPHA", "MIN_CHANGE", "Trend", "detect_trend", "first_round_gap"]
+from tuner.metrics.scoring import BetweenRunNoise, combine_noise
+
+__all__ = [
+    "ALPHA",
+    "MIN_CHANGE",
+    "BaselineAt",
+    "Trend",
+    "baseline_at",
+    "detect_trend",
+    "drift_corrected_noise",
+    "first_round_gap",
+]
 
 # A trend must move the score by at least this share over its rounds: below it, a monotone
 # run of 3 is what noise of the CPU preset's size (run CV about 2%) gives by chance often.
@@ -112,3 +130,101 @@ def first_round_gap(values: Sequence[float]) -> float | None:
         return None
     rest = statistics.mean(values[1:])
     return values[0] / rest - 1 if rest else None
+
+
+@dataclass(frozen=True)
+class BaselineAt:
+    """The baseline's tasks/h at one place in the study's run order (`baseline_at`)."""
+
+    tasks_per_hour: float
+    before: float | None  # run-order position of the baseline start at or before it
+    after: float | None  # of the next baseline start; None: none yet (or exactly on a start)
+
+    def describe(self) -> str:
+        """e.g. "the baseline's 1,050 tasks/h interpolated between its starts at runs 3 and 9"."""
+        rate = f"the baseline's {self.tasks_per_hour:,.0f} tasks/h"
+        if self.before is not None and self.after is not None:
+            return (
+                f"{rate} interpolated between its starts at runs {self.before:g} and "
+                f"{self.after:g} (drift-corrected)"
+            )
+        if self.before is None and self.after is not None:
+            return f"{rate} of its first start (run {self.after:g}; nothing before it)"
+        return (
+            f"{rate} of its latest start (run {self.before:g}; no later start yet, so the "
+            "drift since then is not corrected)"
+        )
+
+
+def baseline_at(position: float, runs: Sequence[tuple[float, float]]) -> BaselineAt:
+    """The baseline's rate at `position` of the run order, from its starts around it.
+
+    Between the two starts that bracket the position, log tasks/h is interpolated linearly in
+    run order (a geometric interpolation: a drift of a constant share per run is corrected
+    exactly). On a start, that start's rate. Before the first start, the first one. After the
+    last start, before the next bracket exists, the latest start's rate: its drift since then
+    is not corrected (say so; a later start, a re-run or a confirmation run of the baseline,
+    brackets it when it comes).
+
+    Args:
+        position: Where the trial ran in the study's order of server starts.
+        runs: (position, tasks/h) of each baseline start; rates must be positive.
+
+    Raises:
+        ValueError: no runs, or a rate that is not positive.
+    """
+    if not runs:
+        raise ValueError("baseline_at needs at least one baseline start")
+    if any(tph <= 0 for _, tph in runs):
+        raise ValueError("baseline starts must have a positive tasks/h")
+    ordered = sorted(runs)
+    earlier = [r for r in ordered if r[0] <= position]
+    later = [r for r in ordered if r[0] > position]
+    if not earlier:
+        first = later[0]
+        return BaselineAt(first[1], None, first[0])
+    p0, b0 = earlier[-1]
+    if p0 == position or not later:
+        return BaselineAt(b0, p0, None)
+    p1, b1 = later[0]
+    w = (position - p0) / (p1 - p0)
+    rate = math.exp((1 - w) * math.log(b0) + w * math.log(b1))
+    return BaselineAt(rate, p0, p1)
+
+
+def drift_corrected_noise(
+    prior: BetweenRunNoise, runs: Sequence[tuple[float, float]], *, reruns: int, every: int
+) -> BetweenRunNoise:
+    """The prior between-run noise updated by the baseline's own starts, drift removed.
+
+    A straight line in run order is fitted (least squares) through the starts' log tasks/h; the
+    residuals' sum of squares, doubled (a round's log ratio is the difference of two starts),
+    is the study's own evidence over m - 2 degrees of freedom (`combine_noise`): a linear drift
+    does not count as noise, as it is corrected (`baseline_at`). Under 3 starts nothing is left
+    after the line, and the prior stands alone (its source says why).
+
+    Args:
+        prior: The recorded prior (the preset's, or the stored one).
+        runs: (position in run order, tasks/h) of each baseline start.
+        reruns: How many of them were re-runs during the search.
+        every: The search's interval between re-runs, in sampled trials (0: not recorded).
+    """
+    points = sorted((p, math.log(v)) for p, v in runs if v > 0)
+    m = len(points)
+    interval = f", every {every} trial{'s' if every != 1 else ''}" if every > 0 else ""
+    runs_word = f"{reruns} re-run{'s' if reruns != 1 else ''}"
+    starts = f"this study's {m} baseline starts ({runs_word} during the search{interval})"
+    if m < 3:
+        return BetweenRunNoise(
+            prior.log_sd,
+            prior.df,
+            f"{prior.source.split('; with ')[0]}; {starts}: too few to add to it once a drift "
+            "line is fitted",
+        )
+    xs, ys = [p for p, _ in points], [y for _, y in points]
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in points) / sxx if sxx > 0 else 0.0
+    squares = 2 * sum((y - my - slope * (x - mx)) ** 2 for x, y in points)
+    what = f"{starts} about a fitted drift of {math.expm1(slope):+.2%} a run"
+    return combine_noise(prior, squares, m - 2, what)

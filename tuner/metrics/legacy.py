@@ -1,4 +1,5 @@
-"""The decision rule tuner used before issue 21, kept only for `benchmarks/decision_sim.py`.
+"""The decision rules tuner used before issue 21 and before issue 34, kept only for
+`benchmarks/decision_sim.py`.
 
 Nothing in tuner decides with this module. The simulation runs it side by side with today's
 rule (`tuner.metrics.scoring.paired_ratio`, `tuner.results.export.choose_export`) to show
@@ -11,14 +12,21 @@ test of `choose_export`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from tuner.metrics.scoring import RunOutcomes, percentile
+from tuner.metrics.scoring import BetweenRunNoise, RunOutcomes, f_sf, percentile, student_t_cdf
 
-__all__ = ["LegacyEstimate", "legacy_paired_ratio", "legacy_winner"]
+__all__ = [
+    "LegacyEstimate",
+    "f_test_noise_for_study",
+    "f_test_paired_ratio",
+    "legacy_paired_ratio",
+    "legacy_winner",
+]
 
 
 @dataclass(frozen=True)
@@ -111,3 +119,54 @@ def legacy_winner(estimates: dict[int, LegacyEstimate | None]) -> int | None:
     if not passing:
         return None
     return max(passing, key=lambda n: (passing[n].ratio, -n))
+
+
+# The rule between issue 21 and issue 34: the recorded noise pooled with the rounds' spread,
+# unless a one-sided F-test at 5% puts the rounds' (or the baseline starts') own spread above
+# it, which then replaces it. Kept so that the simulation can show what issue 34 changed.
+F_TEST_ALPHA = 0.05
+
+
+def f_test_noise_for_study(
+    recorded: BetweenRunNoise, baseline_tph: Sequence[float]
+) -> BetweenRunNoise:
+    """The pre-issue-34 `noise_for_study`: the recorded noise, or the baseline starts' own when
+    an F-test says they are noisier."""
+    logs = [math.log(v) for v in baseline_tph if v > 0]
+    m = len(logs)
+    if m < 2:
+        return recorded
+    mean = sum(logs) / m
+    own = 2 * sum((x - mean) ** 2 for x in logs) / (m - 1)
+    if f_sf(own / recorded.log_sd**2, m - 1, recorded.df) >= F_TEST_ALPHA:
+        return recorded
+    return BetweenRunNoise(math.sqrt(own), m - 1, "this study's baseline starts (F-test)")
+
+
+def f_test_paired_ratio(
+    candidate: Sequence[RunOutcomes], baseline: Sequence[RunOutcomes], noise: BetweenRunNoise
+) -> tuple[float, float] | None:
+    """The pre-issue-34 `paired_ratio`: (ratio, one-sided p of "not faster")."""
+    pairs = list(zip(candidate, baseline, strict=False))
+    if not pairs:
+        return None
+    common = set.intersection(
+        *({tid for tid, _, _ in run.outcomes} for pair in pairs for run in pair)
+    )
+    logs = []
+    for c, b in pairs:
+        c_rate, b_rate = c.only(common).tasks_per_hour, b.only(common).tasks_per_hour
+        if c_rate <= 0 or b_rate <= 0:
+            return None
+        logs.append(math.log(c_rate / b_rate))
+    r = len(logs)
+    mean = sum(logs) / r
+    squares = sum((x - mean) ** 2 for x in logs)
+    if r > 1 and f_sf(squares / (r - 1) / noise.log_sd**2, r - 1, noise.df) < F_TEST_ALPHA:
+        df, sd = r - 1, math.sqrt(squares / (r - 1))
+    else:
+        df = noise.df + r - 1
+        sd = math.sqrt((noise.df * noise.log_sd**2 + squares) / df)
+    se = sd / math.sqrt(r)
+    p = 1.0 - student_t_cdf(mean / se, df) if se > 0 else (0.0 if mean > 0 else 1.0)
+    return math.exp(mean), p

@@ -36,6 +36,7 @@ __all__ = [
     "RunOutcomes",
     "Score",
     "bootstrap_tasks_per_hour",
+    "combine_noise",
     "f_sf",
     "holm",
     "makespan",
@@ -238,10 +239,25 @@ class BetweenRunNoise:
     log_sd: float
     df: int
     source: str
+    # When the value is a prior updated by a study's own repeats: the prior's sd and df.
+    prior_sd: float | None = None
+    prior_df: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         """As stored on the study."""
         return {"log_sd": self.log_sd, "df": self.df, "source": self.source}
+
+    def describe(self) -> str:
+        """e.g. "run-to-run sd 0.041 of the log ratio over 14 df: prior 0.034 (10 df, ...)
+        with this study's 3 rounds (2 df)"."""
+        if self.prior_sd is None or self.prior_df is None:
+            return f"run-to-run sd {self.log_sd:.3f} of the log ratio ({self.df} df, {self.source})"
+        head, _, own = self.source.partition("; with ")
+        return (
+            f"run-to-run sd {self.log_sd:.3f} of the log ratio over {self.df} df: the prior "
+            f"{self.prior_sd:.3f} ({self.prior_df} df, {head}) with {own} "
+            f"({self.df - self.prior_df} df)"
+        )
 
     @classmethod
     def from_json(cls, value: object) -> BetweenRunNoise | None:
@@ -254,15 +270,17 @@ class BetweenRunNoise:
         return cls(float(sd), int(df), str(value.get("source") or "stored with the study"))
 
 
-# Derived by `benchmarks/decision_sim.py` from the recorded CPU runs (docs/decision-sim.md):
-# log tasks/h of repeated fresh starts of the same config (3 configs x 3 starts in
-# benchmarks/data/grid-smollm2-135m-cpu.json, 2 configs x 3 starts in
-# benchmarks/data/repeatability-smollm2-135m-cpu.json) have a pooled sd of 0.0238 over 10
-# degrees of freedom; a round's log ratio of two such starts has sqrt(2) times that.
+# The prior of a round's paired log ratio on a machine tuner has not measured: sqrt(2) x the
+# between-start sd of log tasks/h pooled over every recorded CPU start, after each session's
+# drift (0.046 over 16 df: benchmarks/noise_model.py, benchmarks/data/noise-model.json). Its
+# weight is 2 df, not 16: the recorded machines differ about 4x (0.015 on one, 0.063 on the
+# other), which a scaled inverse chi-square prior only covers with a few df; a study's own
+# rounds soon outweigh it (`combine_noise`). Chosen with benchmarks/decision_sim.py
+# (docs/decision-sim.md, docs/decisions.md).
 DEFAULT_NOISE = BetweenRunNoise(
-    log_sd=0.0337,
-    df=10,
-    source="repeated CPU starts in benchmarks/data (docs/decision-sim.md)",
+    log_sd=0.065,
+    df=2,
+    source="every recorded CPU start, pooled over machines (docs/decision-sim.md)",
 )
 
 
@@ -311,36 +329,45 @@ def f_sf(f: float, d1: int, d2: int) -> float:
     return _betai(d2 / 2, d1 / 2, d2 / (d2 + d1 * f))
 
 
-# A study's own baseline starts override the recorded noise when they are this unlikely under it.
-NOISE_CHECK_ALPHA = 0.05
+def combine_noise(prior: BetweenRunNoise, squares: float, df: int, what: str) -> BetweenRunNoise:
+    """The prior between-run noise updated by a study's own repeats (conjugate).
+
+    A scaled inverse chi-square prior on the variance of a round's log ratio, scale s0^2 over
+    d0 degrees of freedom (the recorded repeats), updated by `squares` (the study's own sum of
+    squared deviations on that scale) over `df` degrees of freedom, is again one: scale
+    (d0 s0^2 + squares) / (d0 + df) over d0 + df. Every own repeat moves it, by its weight;
+    none switches the prior off (the all-or-nothing F-test it replaces saw too little with
+    2 df and, when it fired, threw the 10 recorded df away).
+    """
+    if df <= 0:
+        return prior
+    total = prior.df + df
+    sd = math.sqrt((prior.df * prior.log_sd**2 + squares) / total)
+    head = prior.source.split("; with ")[0]
+    return BetweenRunNoise(
+        sd,
+        total,
+        f"{head}; with {what}",
+        prior_sd=prior.prior_sd if prior.prior_sd is not None else prior.log_sd,
+        prior_df=prior.prior_df if prior.prior_df is not None else prior.df,
+    )
 
 
-def noise_for_study(
-    recorded: BetweenRunNoise, baseline_tph: Sequence[float], *, alpha: float = NOISE_CHECK_ALPHA
-) -> BetweenRunNoise:
-    """The recorded between-run noise, unless this study's own baseline starts show a noisier
-    machine.
+def noise_for_study(recorded: BetweenRunNoise, baseline_tph: Sequence[float]) -> BetweenRunNoise:
+    """The recorded between-run noise updated by this study's own baseline starts.
 
     Two fresh starts of the baseline at different times differ in log tasks/h with the same
-    variance as a round's paired log ratio of runs at different times, so m baseline starts
-    estimate it (twice their sample variance of log tasks/h, m - 1 df). When that estimate
-    is above the recorded one beyond chance (one-sided F-test at `alpha`), the recorded noise
-    does not describe this machine (a busier box, another card) and the study's own is used.
+    variance as a round's paired log ratio of runs at different times (or more: the machine's
+    drift between them adds to it), so m baseline starts give twice their sum of squared
+    deviations of log tasks/h over m - 1 df (`combine_noise`).
     """
     logs = [math.log(v) for v in baseline_tph if v > 0]
     m = len(logs)
     if m < 2:
         return recorded
     mean = sum(logs) / m
-    own = 2 * sum((x - mean) ** 2 for x in logs) / (m - 1)
-    if f_sf(own / recorded.log_sd**2, m - 1, recorded.df) >= alpha:
-        return recorded
-    return BetweenRunNoise(
-        math.sqrt(own),
-        m - 1,
-        f"this study's {m} baseline starts, beyond the recorded {recorded.log_sd:.3f} "
-        f"(F-test p < {alpha:g})",
-    )
+    squares = 2 * sum((x - mean) ** 2 for x in logs)
+    return combine_noise(recorded, squares, m - 1, f"this study's {m} baseline starts")
 
 
 def student_t_cdf(t: float, df: int) -> float:
@@ -399,6 +426,7 @@ class PairedEstimate:
     df: int = 0
     noise: BetweenRunNoise = DEFAULT_NOISE
     round_ratios: tuple[float, ...] = ()
+    level: float | None = None  # the one-sided level it was tested at, when sequential
 
     @property
     def beats(self) -> bool:
@@ -414,17 +442,13 @@ class PairedEstimate:
         """e.g. "x1.12 [1.05, 1.19] over 3 rounds of 12 tasks (...between-run...)"."""
         rounds = f"{self.rounds} round{'s' if self.rounds != 1 else ''}"
         interval = f"[{self.low:.3f}, {self.high:.3f}]"
-        where = (
-            self.noise.source
-            if self.noise.source.startswith("this study")
-            else "from repeated starts"
-        )
-        sd = f"run-to-run sd {self.noise.log_sd:.3f} of the log ratio, {where}"
+        sd = self.noise.describe()
         if self.rounds == 1:
             how = f"one round, so the interval is the between-run term: {sd}"
         else:
             how = f"interval over the rounds, with the between-run term: {sd}"
-        return f"x{self.ratio:.3f} {interval} over {rounds} of {self.tasks} tasks; {how}"
+        level = f", tested at one-sided {self.level:.2g}" if self.level is not None else ""
+        return f"x{self.ratio:.3f} {interval} over {rounds} of {self.tasks} tasks{level}; {how}"
 
 
 def paired_ratio(
@@ -433,27 +457,24 @@ def paired_ratio(
     *,
     noise: BetweenRunNoise = DEFAULT_NOISE,
     confidence: float = 0.95,
-    noise_check_alpha: float = NOISE_CHECK_ALPHA,
 ) -> PairedEstimate | None:
     """Per-round paired ratios of tasks/h and a t-interval over the rounds.
 
     Run i of the candidate is paired with run i of the baseline (the same round); within a
     round both sides are restricted to the task ids every run played, so the task mix cancels.
-    Each round gives log(candidate tasks/h / baseline tasks/h). With R rounds and the recorded
-    noise (sd s0 over d0 degrees of freedom), the variance of one round's log ratio is
-    (d0 s0^2 + sum of squared deviations) / (d0 + R - 1): the recorded noise weighs as d0
-    earlier rounds, so two rounds that happen to agree do not make a narrow interval, and
-    many rounds that disagree widen it. The interval is mean +- t(d0 + R - 1) x sd / sqrt(R).
-    When the rounds' own variance is above s0^2 beyond chance (one-sided F-test at
-    `noise_check_alpha`), the recorded noise does not describe this machine and is dropped:
-    the interval is the rounds' alone (t with R - 1 df).
+    Each round gives log(candidate tasks/h / baseline tasks/h). With R rounds and the prior
+    noise (sd s0 over d0 degrees of freedom: the recorded repeats, possibly already updated by
+    the study's baseline starts), the variance of one round's log ratio is
+    (d0 s0^2 + sum of squared deviations) / (d0 + R - 1) (`combine_noise`, a conjugate update):
+    the prior weighs as d0 earlier rounds, so two rounds that happen to agree do not make a
+    narrow interval, and rounds that disagree widen it by their weight. The interval is
+    mean +- t(d0 + R - 1) x sd / sqrt(R).
 
     Args:
         candidate: The candidate's runs, one per round.
         baseline: The baseline's runs, same rounds, same order.
-        noise: The recorded between-run noise of a round's log ratio.
+        noise: The prior between-run noise of a round's log ratio.
         confidence: Coverage of the (two-sided) interval.
-        noise_check_alpha: Level of the check that the rounds fit the recorded noise.
 
     Returns:
         The estimate, or None when there is nothing to pair (no rounds, no common task, or a
@@ -476,20 +497,8 @@ def paired_ratio(
     r = len(logs)
     mean = sum(logs) / r
     squares = sum((x - mean) ** 2 for x in logs)
-    if r > 1 and f_sf(squares / (r - 1) / noise.log_sd**2, r - 1, noise.df) < noise_check_alpha:
-        # The rounds disagree beyond the recorded noise: it does not describe this machine,
-        # so the rounds' own spread alone makes the interval.
-        noise = BetweenRunNoise(
-            math.sqrt(squares / (r - 1)),
-            r - 1,
-            f"this study's {r} rounds, beyond the recorded {noise.log_sd:.3f} "
-            f"(F-test p < {noise_check_alpha:g})",
-        )
-        df = r - 1
-        sd = noise.log_sd
-    else:
-        df = noise.df + r - 1
-        sd = math.sqrt((noise.df * noise.log_sd**2 + squares) / df)
+    noise = combine_noise(noise, squares, r - 1, f"this study's {r} rounds")
+    df, sd = noise.df, noise.log_sd
     se = sd / math.sqrt(r)
     t = student_t_quantile(1 - (1 - confidence) / 2, df)
     p = 1.0 - student_t_cdf(mean / se, df) if se > 0 else (0.0 if mean > 0 else 1.0)

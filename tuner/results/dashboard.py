@@ -30,7 +30,7 @@ from tuner.errors import ConfigError, StudyError
 from tuner.results.decision import judge_study
 from tuner.results.export import choose_export, render_export
 from tuner.results.study_reader import StudyResults, load_results, open_optuna_storage
-from tuner.results.words import mode_line, tph_label
+from tuner.results.words import DUMMY_WEIGHTS_LINE, mode_line, tph_label
 
 if TYPE_CHECKING:
     import optuna
@@ -79,6 +79,8 @@ def study_note(results: StudyResults, plots: list[str] | None = None) -> str:
     """The study's Markdown note: its mode, the recommendation and evidence, the plots."""
     lines = [f"## {results.study_name}", ""]
     lines.append(f"**Workload mode: {mode_line(results.mode, results.mode_note)}**")
+    if results.dummy_weights:
+        lines.append(f"**Weights: {DUMMY_WEIGHTS_LINE}**")
     lines += ["", *_answer(results)]
     label = tph_label(results.mode)
     rows = []

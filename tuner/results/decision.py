@@ -8,10 +8,17 @@ search-time run, picked for being high, is left out. A round whose baseline run 
 not paired, and is named (`Verdict.missing_base_rounds`); a confirmation start of the config
 that failed counts against it (`Verdict.failed_runs`: such a config is never exported). A
 config without confirmation runs is judged on its one search-time run paired with the
-baseline's: one round, so its interval is the between-run term. For such a pair that term is
-the recorded noise unless the study's own baseline starts show a noisier machine
-(`study_noise`): on a 2-core box whose load changed, two identical configs' search runs
-differed by 34% (docs/decisions.md, the A/A study).
+baseline's: one round, so its interval is the between-run term. That term, for every verdict,
+is the recorded prior updated by the study's own baseline starts (`study_noise`; a conjugate
+scaled inverse chi-square): on a 2-core box whose load changed, two identical configs' search
+runs differed by 34% (docs/decisions.md, the A/A study), and a confirmed pair then adds its own
+rounds.
+
+When the search re-ran the baseline (`--baseline-every`, `Role.BASELINE_RERUN`), a search-time
+run is paired with the baseline's drift-corrected rate at its place in the run order
+(`tuner.metrics.drift.baseline_at`: interpolated between the baseline starts that bracket it,
+the latest start when none follows yet; `Verdict.drift` says which), and the baseline's starts
+update the prior about a fitted drift line (`tuner.metrics.drift.drift_corrected_noise`).
 
 Correctness comes from the greedy probe against the floor of two baseline starts and, in live
 mode, from the success rate against the baseline's, paired by task id within rounds (McNemar on
@@ -35,12 +42,14 @@ from tuner.metrics import (
     paired_ratio,
     paired_success_drop,
 )
+from tuner.metrics.drift import BaselineAt, baseline_at, drift_corrected_noise
 from tuner.metrics.scoring import noise_for_study
 from tuner.results.study_reader import StudyResults, TrialRow
 
 __all__ = [
     "SUCCESS_DROP_ALPHA",
     "Verdict",
+    "baseline_points",
     "judge_study",
     "study_noise",
 ]
@@ -63,6 +72,9 @@ class Verdict:
     failed_runs: tuple[str, ...] = ()  # its confirmation starts that failed, in words
     missing_base_rounds: tuple[int, ...] = ()  # its rounds without a baseline run
     base_confirmed_tph: float | None = None  # the baseline's mean over the same paired rounds
+    # An unconfirmed verdict of a study that re-ran its baseline during the search: the
+    # baseline's drift-corrected rate its search-time run was paired with. None: the raw one.
+    drift: BaselineAt | None = None
 
     @property
     def confirmed(self) -> bool:
@@ -171,15 +183,57 @@ def _paired(
     return paired_ratio(cand, bases, noise=noise)
 
 
+def baseline_points(results: StudyResults) -> list[tuple[float, float]]:
+    """(place in the run order, tasks/h) of every feasible start of the baseline's config:
+    its search trial, its re-runs during the search and its confirmation runs."""
+    base = results.baseline
+    if base is None:
+        return []
+    order = results.run_order()
+    runs = [base, *results.baseline_reruns(), *results.confirm_runs(base.number)]
+    return [
+        (float(order[r.number]), r.tasks_per_hour)
+        for r in runs
+        if r.number in order and r.tasks_per_hour is not None and r.tasks_per_hour > 0
+    ]
+
+
 def study_noise(results: StudyResults) -> BetweenRunNoise:
-    """The between-run noise the verdicts use: the recorded one (stored with the study), unless
-    the study's own baseline starts (search run, floor, confirmation runs) show a noisier
-    machine (`tuner.metrics.noise_for_study`)."""
+    """The between-run noise the verdicts start from: the recorded prior (stored with the
+    study) updated by the study's own baseline starts (search run, re-runs during the search,
+    floor, confirmation runs) as a conjugate prior; each verdict then adds its own rounds
+    (`tuner.metrics.paired_ratio`). With re-runs, about a fitted drift line
+    (`tuner.metrics.drift.drift_corrected_noise`); without, about their mean
+    (`tuner.metrics.noise_for_study`: their spread includes the drift)."""
     base = results.baseline
     if base is None:
         return results.noise
+    reruns = results.baseline_reruns()
+    if reruns:
+        return drift_corrected_noise(
+            results.noise,
+            baseline_points(results),
+            reruns=len(reruns),
+            every=results.baseline_every or 0,
+        )
     runs = [base, *results.confirm_runs(base.number)]
     return noise_for_study(results.noise, [r.tasks_per_hour or 0.0 for r in runs])
+
+
+def _drift_corrected(
+    results: StudyResults, t: TrialRow, base: TrialRow
+) -> tuple[RunOutcomes, BaselineAt] | None:
+    """The baseline's run rescaled to its drift-corrected rate where `t` ran (the task mix of
+    its search run, the rate of `baseline_at`); None without re-runs or without outcomes."""
+    order = results.run_order()
+    if not results.baseline_reruns() or base.outcomes is None or t.number not in order:
+        return None
+    raw = base.outcomes.tasks_per_hour
+    if raw <= 0:
+        return None
+    at = baseline_at(float(order[t.number]), baseline_points(results))
+    o = base.outcomes
+    return RunOutcomes(o.outcomes, o.wall_s * raw / at.tasks_per_hour, o.agents), at
 
 
 def _outputs(results: StudyResults, t: TrialRow, base: TrialRow) -> OutputCheck | None:
@@ -219,19 +273,28 @@ def judge_study(results: StudyResults) -> dict[int, Verdict]:
             continue
         pairs, missing = _pairs(results, t, base)
         confirmed = [c for c, _ in pairs if c.number != t.number]
+        corrected = None if confirmed or not pairs else _drift_corrected(results, t, base)
+        if corrected is not None and t.outcomes is not None:
+            paired = paired_ratio([t.outcomes], [corrected[0]], noise=noise)
+        else:
+            corrected = None
+            paired = _paired(results.noise if confirmed else noise, pairs)
         out[t.number] = Verdict(
             trial=t,
             search_tph=t.tasks_per_hour,
             confirmed_tph=_mean(confirmed),
             confirmed_runs=len(confirmed),
             confirmed_range=_range(confirmed),
-            # Confirmation rounds are interleaved and carry their own spread; a search-time pair
-            # spans the machine's drift between two trials, which the baseline's starts show.
-            paired=_paired(results.noise if confirmed else noise, pairs),
+            # Confirmed: the prior updated by the rounds' own spread (interleaved, order
+            # alternating: the machine's drift cancels). A search-time pair spans the drift
+            # between two trials, which the baseline's starts show: the prior updated by them
+            # (and, with re-runs, the baseline's rate interpolated to the trial's place).
+            paired=paired,
             outputs=_outputs(results, t, base),
             success_drop_p=_success_drop(results, pairs),
             failed_runs=failed,
             missing_base_rounds=missing,
             base_confirmed_tph=_mean([b for c, b in pairs if c.number != t.number]),
+            drift=corrected[1] if corrected is not None else None,
         )
     return out

@@ -20,9 +20,10 @@ import yaml
 from pydantic import ValidationError
 
 from tuner.errors import ConfigError, StudyError, first_error
-from tuner.results.decision import Verdict, judge_study
+from tuner.metrics import PairedEstimate
+from tuner.results.decision import Verdict, judge_study, study_noise
 from tuner.results.emulated import for_the_emulated_card
-from tuner.results.export_rule import export_winner
+from tuner.results.export_rule import WIN_ALPHA, Look, export_winner, look_level, next_look
 from tuner.results.formats import (
     DEFAULT_IMAGE,
     IMAGE_ENTRYPOINT,
@@ -35,8 +36,9 @@ from tuner.results.formats import (
     systemd_unit,
 )
 from tuner.results.study_reader import StudyResults, TrialRow
-from tuner.results.words import done_word, mode_line, tph_key, tph_label
+from tuner.results.words import DUMMY_WEIGHTS_LINE, done_word, mode_line, tph_key, tph_label
 from tuner.server.spec import ServerSpec
+from tuner.workload.reuse import three_way
 
 __all__ = [
     "DEFAULT_IMAGE",
@@ -44,6 +46,7 @@ __all__ = [
     "IMAGE_ENTRYPOINT",
     "ExportChoice",
     "choose_export",
+    "confirmation_look",
     "render_export",
     "serve_argv",
     "split_env",
@@ -69,6 +72,9 @@ class ExportChoice:
     mode_note: str | None = None
     confirmed: bool = False  # judged on confirmation rounds (False: "unconfirmed")
     judged: int = 0  # configs the win test was corrected over (Holm)
+    noise: str = ""  # the between-run noise the verdicts used and where it came from
+    stopped: str | None = None  # a sequential confirmation: rounds run and why it stopped
+    level: float = 0.025  # the one-sided family-wise level the win test used
 
     @property
     def fell_back(self) -> bool:
@@ -105,8 +111,80 @@ def _evidence(v: Verdict) -> str:
         "on its confirmation rounds" if v.confirmed else "on its one search-time run (unconfirmed)"
     )
     text = f"paired tasks/h ratio to the baseline {where}: {v.paired.describe()}"
+    if v.drift is not None:
+        text += f"; against {v.drift.describe()}"
     problems = v.problems()
     return f"{text}; {problems}" if problems else text
+
+
+def _tests(pool: Mapping[int, Verdict]) -> dict[int, PairedEstimate | None]:
+    # A config that changes outputs or could not start reliably cannot win, but was judged.
+    return {
+        n: (v.paired if not v.changes_outputs and not v.unreliable else None)
+        for n, v in sorted(pool.items())
+    }
+
+
+def confirmation_look(results: StudyResults, rounds: int, first: int, cap: int) -> Look:
+    """The sequential confirmation's look after `rounds` rounds: stop (a winner, or nothing
+    left worth more rounds, or the cap) or run another (`tuner.results.export_rule.next_look`),
+    on the same verdicts and tests `choose_export` uses."""
+    verdicts = judge_study(results)
+    pool = {n: v for n, v in verdicts.items() if v.confirmation_attempted}
+    return next_look(_tests(pool), rounds, first, cap)
+
+
+def _noise_line(results: StudyResults, confirmed: bool) -> str:
+    prior = results.noise
+    reruns = results.baseline_reruns()
+    if reruns:
+        # The search measured its own noise and drift: say the prior, the own repeats and
+        # the drift correction (the sd and df every unconfirmed verdict started from).
+        used = study_noise(results)
+        every = results.baseline_every
+        how = (
+            "search-time scores are ratios to the baseline's rate interpolated in run order "
+            f"between the baseline starts that bracket each trial ({len(reruns)} re-run"
+            f"{'s' if len(reruns) != 1 else ''} of the baseline during the search"
+            + (f", every {every} trial{'s' if every != 1 else ''}" if every else "")
+            + "; after the last start, the latest one)"
+        )
+        then = (
+            "; each confirmed verdict then starts from the prior and adds its own rounds, "
+            "which alternate their order (A B, B A) so a linear drift cancels"
+            if confirmed
+            else ""
+        )
+        return f"between-run noise: {used.describe()}; {how}{then}"
+    if results.baseline_every == 0:
+        prior_note = " (no re-runs of the baseline during the search: --baseline-every 0)"
+    else:
+        prior_note = ""
+    own = (
+        "each confirmed verdict adds its own rounds' spread (conjugate update), and the "
+        "rounds alternate their order (A B, B A) so a linear drift of the machine cancels"
+        if confirmed
+        else "updated by this study's own baseline starts (conjugate update; their spread "
+        "includes the machine's drift between them); search-time scores are not drift-corrected"
+        + prior_note
+    )
+    return (
+        f"between-run noise: the prior sd {prior.log_sd:.3f} of a round's log ratio over "
+        f"{prior.df} df ({prior.source}), {own}"
+    )
+
+
+def _stop_line(results: StudyResults) -> str | None:
+    if results.confirm_looks is None:
+        return None
+    first, cap = results.confirm_looks
+    if results.confirm_stop is None:
+        return f"confirmation: sequential, up to {cap} rounds; not finished (`tuner confirm`)"
+    rounds, why = results.confirm_stop
+    return (
+        f"confirmation: {rounds} round{'s' if rounds != 1 else ''} of up to {cap} "
+        f"(sequential, first look after {first}); stopped: {why}"
+    )
 
 
 def choose_export(results: StudyResults) -> ExportChoice:
@@ -150,11 +228,13 @@ def choose_export(results: StudyResults) -> ExportChoice:
         )
         top = top_v.trial
         best = top if (top_v.estimate or 0.0) > base_estimate else base
-    tests = {
-        n: (v.paired if not v.changes_outputs and not v.unreliable else None)
-        for n, v in sorted(pool.items())
-    }
-    winner = export_winner(tests) if base is not None else None
+    tests = _tests(pool)
+    level = WIN_ALPHA
+    if confirmed_mode and results.confirm_looks is not None:
+        # A sequential confirmation: the level of the look it stopped at (its rounds).
+        rounds = max((v.paired.rounds for v in pool.values() if v.paired), default=1)
+        level = look_level(rounds, *results.confirm_looks)
+    winner = export_winner(tests, level) if base is not None else None
     label = "" if confirmed_mode else "unconfirmed: "
 
     def choice(trial: TrialRow, reason: str) -> ExportChoice:
@@ -171,6 +251,9 @@ def choose_export(results: StudyResults) -> ExportChoice:
             mode_note=results.mode_note,
             confirmed=confirmed_mode,
             judged=len(pool),
+            noise=_noise_line(results, confirmed_mode),
+            stopped=_stop_line(results) if confirmed_mode else None,
+            level=level,
         )
 
     if base is None:
@@ -184,7 +267,7 @@ def choose_export(results: StudyResults) -> ExportChoice:
         reason = (
             f"#{win.trial.number} beats the baseline (no speculation): {_evidence(win)}; "
             f"one-sided p = {win.paired.p_value:.2g}, Holm-corrected over {m} "
-            f"config{'s' if m != 1 else ''} judged"
+            f"config{'s' if m != 1 else ''} judged at family-wise {level:.2g}"
         )
         if win.trial.number != best.number and best.number != base.number:
             other = verdicts[best.number]
@@ -277,6 +360,18 @@ def _measured(choice: ExportChoice, t: TrialRow) -> dict[str, Any]:
         "prompt_tokens_from_cache_pct": t.cache_hit_pct,
         "preemptions": t.preemptions,
     }
+    if t.reuse is not None:
+        all_, short, none = three_way(
+            {"all": t.reuse.all, "one_block_short": t.reuse.one_block_short,
+             "partial": t.reuse.partial, "none": t.reuse.none}
+        )  # fmt: skip
+        out["reuse_steps"] = {"all": all_, "short": short, "none": none, "of": t.reuse.total}
+    if t.block_size is not None:
+        out["block_size"] = t.block_size
+    if t.mamba_cache_mode is not None:
+        out["mamba_cache_mode"] = t.mamba_cache_mode
+    if t.dummy_weights:
+        out["dummy_weights"] = True
     v = choice.verdicts.get(t.number)
     if v is not None:
         out["confirmed_tasks_per_hour"] = v.confirmed_tph
@@ -311,6 +406,10 @@ def _comment_lines(choice: ExportChoice) -> list[str]:
             "(interval includes the between-run term); `tuner confirm --study "
             f"{choice.study_name}` re-runs the top configs"
         )
+    if choice.stopped:
+        lines.append(choice.stopped)
+    if choice.noise and base is not None:
+        lines.append(choice.noise)
     lines += [
         f"trial #{t.number}: {t.label}",
         f"{tph_label(choice.mode)}: {_score(t)} (search-time run: estimate [interval low, high])",
@@ -337,6 +436,15 @@ def _comment_lines(choice: ExportChoice) -> list[str]:
     hit = f"{t.cache_hit_pct:.0f}%" if t.cache_hit_pct is not None else "not measured"
     facts.append(f"prompt tokens from the cache: {hit}")
     lines.append("; ".join(facts))
+    for who, row in (("this config", t), ("baseline", base)):
+        if (
+            row is not None
+            and (who == "this config" or row.number != t.number)
+            and row.reuse_line()
+        ):
+            lines.append(f"{who}: {row.reuse_line()}")
+    if t.dummy_weights or (base is not None and base.dummy_weights):
+        lines.append(DUMMY_WEIGHTS_LINE)
     lines.append(f"why this one: {choice.reason}")
     return lines
 
@@ -352,6 +460,9 @@ def _document(choice: ExportChoice, argv: list[str]) -> dict[str, Any]:
         "baseline": _measured(choice, choice.baseline) if choice.baseline is not None else None,
         "reason": choice.reason,
         "confirmed": choice.confirmed,
+        "between_run_noise": choice.noise,
+        "win_level": choice.level,
+        "confirmation_stopped": choice.stopped,
     }
     if choice.fell_back:
         doc["best"] = _measured(choice, choice.best)

@@ -1,26 +1,60 @@
-"""The export rule: which config, if any, beats the baseline (no speculation).
+"""The export rule: which config, if any, beats the baseline (no speculation), and, between
+confirmation rounds, whether to run another.
 
 Of the configs whose paired test against the baseline passes Holm's correction over every
 config judged (family-wise one-sided `WIN_ALPHA`), the one with the highest paired ratio;
 none: the baseline. `tuner export` (`tuner.results.export.choose_export`) applies it to a
 study's verdicts (`tuner.results.decision`), the load sweep (`tuner.results.load_sweep
 .winner_at`) at each load. Why the bar is that high: docs/decisions.md.
+
+Sequential confirmation (`--confirm K,MAX`): the verdict is looked at after `first_look`
+rounds and after every round after it, up to MAX; the stage stops at the first look where a
+config wins, or where no config can still be worth it (every interval's upper end below
+`FUTILE_BELOW`, or below 1), else at MAX. Looking several times at growing data would let
+chance through more often than `WIN_ALPHA`, so each look spends a part of it: a Lan-DeMets
+spending function of the O'Brien-Fleming type, alpha(t) = 2 - 2 Phi(z_{1 - WIN_ALPHA/2} /
+sqrt(t)) at information fraction t = rounds / MAX, turned into one nominal one-sided level per
+look by the boundaries' joint distribution (`look_levels`). Early looks need an overwhelming
+win; the last look's level is close to `WIN_ALPHA`. The decision simulation
+(benchmarks/decision_sim.py) checks the false wins this gives at the machines' noise.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from statistics import NormalDist
 from typing import Final
 
 from tuner.metrics import PairedEstimate, holm
 
-__all__ = ["WIN_ALPHA", "export_winner"]
+__all__ = [
+    "FIRST_LOOK",
+    "FUTILE_BELOW",
+    "WIN_ALPHA",
+    "Look",
+    "export_winner",
+    "look_level",
+    "look_levels",
+    "next_look",
+]
 
 # One-sided family-wise error of "beats the baseline" over the configs judged (Holm).
 WIN_ALPHA: Final = 0.025
+# Rounds before the first look at a sequential confirmation.
+FIRST_LOOK: Final = 2
+# A look stops for futility when every config's 95% interval ends below this ratio: even its
+# optimistic end is less than a 2% gain, not worth more server starts.
+FUTILE_BELOW: Final = 1.02
+# Paths of the seeded Monte Carlo that places the boundaries (their levels move by about 1%).
+_PATHS: Final = 200_000
 
 
-def export_winner(tests: Mapping[int, PairedEstimate | None]) -> int | None:
+def export_winner(
+    tests: Mapping[int, PairedEstimate | None], alpha: float = WIN_ALPHA
+) -> int | None:
     """The export rule: which config, if any, beats the baseline.
 
     Args:
@@ -28,16 +62,107 @@ def export_winner(tests: Mapping[int, PairedEstimate | None]) -> int | None:
             estimate against the baseline; None for a config that cannot win (nothing paired,
             it changes outputs, it could not start reliably). It still counts in the
             correction: it was judged.
+        alpha: The family-wise one-sided level (a sequential look's, `look_level`).
 
     Returns:
-        Of the configs whose one-sided test passes Holm's step-down at family-wise
-        `WIN_ALPHA` over all of `tests`, the one with the highest paired ratio (a tie goes to
-        the first in `tests`' order); None when none passes, which exports the baseline.
+        Of the configs whose one-sided test passes Holm's step-down at family-wise `alpha`
+        over all of `tests`, the one with the highest paired ratio (a tie goes to the first
+        in `tests`' order); None when none passes, which exports the baseline.
     """
     p_values = {k: (e.p_value if e is not None else 1.0) for k, e in tests.items()}
-    winners = holm(p_values, WIN_ALPHA)
+    winners = holm(p_values, alpha)
     ranked = [(e.ratio, k) for k, e in tests.items() if k in winners and e is not None]
     if not ranked:
         return None
     best = max(ratio for ratio, _ in ranked)
     return next(k for ratio, k in ranked if ratio == best)
+
+
+def _spent(t: float) -> float:
+    if t <= 0:
+        return 0.0
+    z = NormalDist().inv_cdf(1 - WIN_ALPHA / 2)
+    return 2 - 2 * NormalDist().cdf(z / math.sqrt(min(t, 1.0)))
+
+
+@cache
+def look_levels(first: int, max_rounds: int) -> tuple[float, ...]:
+    """The nominal one-sided level of each look, rounds `first`..`max_rounds`.
+
+    The z statistics of the looks at r rounds (equal information a round) are those of a
+    random walk; boundary c_r is set so that the chance of crossing first at look r is
+    alpha(r / MAX) - alpha(previous look / MAX), found on a seeded Monte Carlo of the walk
+    (deterministic), and the level is 1 - Phi(c_r). With one look it is `WIN_ALPHA`.
+    """
+    import numpy as np
+
+    first = max(1, min(first, max_rounds))
+    if first >= max_rounds:
+        return (WIN_ALPHA,)
+    rng = np.random.default_rng(20261202)
+    walk = np.cumsum(rng.standard_normal((_PATHS, max_rounds)), axis=1)
+    alive = np.ones(_PATHS, dtype=bool)
+    levels = []
+    previous = 0.0
+    for r in range(first, max_rounds + 1):
+        z = walk[:, r - 1] / math.sqrt(r)
+        spend = _spent(r / max_rounds) - previous
+        previous += spend
+        # c such that P(alive and z > c) = spend
+        alive_z = np.sort(z[alive])[::-1]
+        k = round(spend * _PATHS)
+        c = float(alive_z[k]) if 0 < k < alive_z.size else float("inf") if k <= 0 else -1e9
+        levels.append(1 - NormalDist().cdf(c) if math.isfinite(c) else 0.0)
+        alive &= z <= c
+    return tuple(levels)
+
+
+def look_level(rounds: int, first: int, max_rounds: int) -> float:
+    """The one-sided level of the look after `rounds` rounds (past MAX: the last look's)."""
+    levels = look_levels(first, max_rounds)
+    first = max(1, min(first, max_rounds))
+    i = min(max(rounds - first, 0), len(levels) - 1)
+    return levels[i]
+
+
+@dataclass(frozen=True)
+class Look:
+    """One look at a sequential confirmation: stop or run another round, and why."""
+
+    rounds: int
+    level: float
+    stop: bool
+    winner: int | None
+    reason: str
+
+
+def next_look(
+    tests: Mapping[int, PairedEstimate | None], rounds: int, first: int, max_rounds: int
+) -> Look:
+    """Whether the confirmation stops after `rounds` rounds (see the module docstring)."""
+    level = look_level(rounds, first, max_rounds)
+    winner = export_winner(tests, level)
+    if winner is not None:
+        e = tests[winner]
+        assert e is not None
+        return Look(
+            rounds,
+            level,
+            True,
+            winner,
+            f"#{winner} beats the baseline at this look's level (one-sided p = "
+            f"{e.p_value:.2g} <= {level:.2g})",
+        )
+    live = [e for e in tests.values() if e is not None and e.high >= FUTILE_BELOW]
+    if not live:
+        return Look(
+            rounds,
+            level,
+            True,
+            None,
+            f"no config can still beat the baseline by {100 * (FUTILE_BELOW - 1):.0f}% "
+            "(every interval ends below it)",
+        )
+    if rounds >= max_rounds:
+        return Look(rounds, level, True, None, f"the cap of {max_rounds} rounds, undecided")
+    return Look(rounds, level, False, None, f"undecided at level {level:.2g}: one more round")

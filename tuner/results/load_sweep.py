@@ -7,8 +7,9 @@ per-task outcomes so that configs are compared task by task at the same load
 
 - the winner at each load by the export rule (`winner_at`): a config wins only if its paired
   interval against the baseline lies above 1, else the baseline. Each load is one run per
-  config (one round), so that interval is the recorded between-run term, not the task spread
-  of the run;
+  config (one round), so that interval is the between-run term, not the task spread of the
+  run: the study's noise (its recorded prior updated by its own baseline starts) stored with
+  the sweep (`LoadSweep.noise`);
 - the crossover in words ("n-gram depth 3 wins up to 2 agents, the baseline from 4");
 - one sentence per load against the reference load's answer ("for 4 agents, export X; for 1
   agent, Y would be 2.00x faster");
@@ -22,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
-from tuner.metrics import PairedEstimate, RunOutcomes, paired_ratio
+from tuner.metrics import DEFAULT_NOISE, BetweenRunNoise, PairedEstimate, RunOutcomes, paired_ratio
 from tuner.results.export_rule import export_winner
 
 __all__ = [
@@ -101,6 +102,10 @@ class LoadSweep:
     mode: str  # workload mode of every run ("replay": load shape, answers not graded)
     tasks: int  # scored tasks per run
     configs: tuple[SweptConfig, ...] = field(default_factory=tuple)
+    # The between-run noise of one run's paired log ratio that every verdict of the sweep uses:
+    # the study's (`tuner.results.decision.study_noise`) when the sweep ran; a sweep stored
+    # before it carried one reads as the default prior.
+    noise: BetweenRunNoise = DEFAULT_NOISE
 
     @property
     def baseline(self) -> SweptConfig | None:
@@ -120,11 +125,15 @@ class LoadSweep:
             configs[keys.index(config.key)] = config  # in place: its index keys its table rows
         else:
             configs.append(config)
-        return LoadSweep(self.agents, self.preset_agents, self.mode, self.tasks, tuple(configs))
+        return LoadSweep(
+            self.agents, self.preset_agents, self.mode, self.tasks, tuple(configs), self.noise
+        )
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-able dict (tuples become lists)."""
-        return json.loads(json.dumps(asdict(self)))
+        data: dict[str, Any] = json.loads(json.dumps(asdict(self)))
+        data["noise"] = self.noise.to_json()
+        return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> LoadSweep:
@@ -156,6 +165,7 @@ class LoadSweep:
             mode=str(data["mode"]),
             tasks=int(data["tasks"]),
             configs=tuple(configs),
+            noise=BetweenRunNoise.from_json(data.get("noise")) or DEFAULT_NOISE,
         )
 
 
@@ -166,7 +176,7 @@ def paired_at(
     mine, theirs = config.at(agents), reference.at(agents)
     if mine is None or theirs is None:
         return None
-    return paired_ratio([mine.run()], [theirs.run()])
+    return paired_ratio([mine.run()], [theirs.run()], noise=sweep.noise)
 
 
 def winner_at(sweep: LoadSweep, agents: int) -> SweptConfig | None:

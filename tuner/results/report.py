@@ -20,7 +20,7 @@ from tuner.results.decision import Verdict, judge_study
 from tuner.results.export import choose_export
 from tuner.results.load_sweep import load_lines, load_table_rows
 from tuner.results.study_reader import StudyResults, TrialRow
-from tuner.results.words import mode_line, tph_label, worded
+from tuner.results.words import DUMMY_WEIGHTS_LINE, mode_line, tph_label, worded
 from tuner.workload.reuse import COUNTED_REUSE_CLASSES
 
 __all__ = [
@@ -134,6 +134,8 @@ def _verdict_cells(t: TrialRow, v: Verdict | None) -> tuple[str, str, str]:
         f"{v.confirmed_tph:,.0f} ({_runs(v)})" if v.confirmed_tph is not None else "not confirmed"
     )
     paired = v.paired.describe() if v.paired is not None else NOT_MEASURED
+    if v.paired is not None and v.drift is not None:
+        paired += f"; against {v.drift.describe()}"
     return (f"{search} vs {confirmed}", paired, v.correctness())
 
 
@@ -310,6 +312,8 @@ def summary_lines(results: StudyResults) -> list[str]:
     ]
     if results.mode:
         lines.append(f"Workload mode: {mode_line(results.mode, results.mode_note)}")
+    if results.dummy_weights:
+        lines.append(f"Weights: {DUMMY_WEIGHTS_LINE}")
     for v in judge_study(results).values():
         if v.confirmed:
             lines.append(

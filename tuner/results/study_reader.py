@@ -25,7 +25,7 @@ from tuner.results.configs import MODE_NOTES, ReuseCounts, describe_config
 from tuner.results.load_sweep import LoadSweep, sweep_from_attrs
 from tuner.storage import Store, masked, normalize_url, open_engine
 from tuner.workload.correctness_probe import ProbeResult
-from tuner.workload.reuse import COUNTED_REUSE_CLASSES
+from tuner.workload.reuse import COUNTED_REUSE_CLASSES, reuse_phrase
 
 __all__ = [
     "MODE_NOTES",
@@ -77,6 +77,7 @@ class TrialRow:
     accepted_per_pos: tuple[int, ...] | None = None
     acceptance_rate: float | None = None
     completed_at: datetime | None = None
+    started_at: datetime | None = None  # when its server was asked for (the run order)
     confirm_of: int | None = None  # a confirmation run: the trial whose config it re-ran
     confirm_round: int | None = None
     probe: ProbeResult | None = None  # greedy answers to the correctness probe
@@ -85,6 +86,37 @@ class TrialRow:
     mode: str | None = None  # the workload record's mode
     launched: tuple[str, ...] | None = None  # env (NAME=value) + argv of the server that ran
     copy_of: int | None = None  # an A/A copy of the baseline (`--also-try baseline`)
+    block_size: int | None = None  # the attention KV block (tokens) the reuse classes used
+    mamba_cache_mode: str | None = None  # a hybrid's vLLM mamba_cache_mode (none/align/all)
+    dummy_weights: bool = False  # served with random weights: acceptance means nothing
+
+    def reuse_line(self) -> str:
+        """ "reuse all/short/none 0/133/11 of 144 scored steps (block 416, mamba cache align),
+        102 preemptions"; "" when neither was measured."""
+        counts = (
+            {
+                "all": self.reuse.all,
+                "one_block_short": self.reuse.one_block_short,
+                "partial": self.reuse.partial,
+                "none": self.reuse.none,
+            }
+            if self.reuse is not None
+            else None
+        )
+        text = reuse_phrase(counts, None, self.preemptions)
+        if not text or self.reuse is None:
+            return text
+        where = ", ".join(
+            x
+            for x in (
+                f"block {self.block_size}" if self.block_size else "",
+                f"mamba cache {self.mamba_cache_mode}" if self.mamba_cache_mode else "",
+            )
+            if x
+        )
+        steps = f" of {self.reuse.total} scored steps" + (f" ({where})" if where else "")
+        head, _, tail = text.partition(", ")
+        return head + steps + (f", {tail}" if tail else "")
 
     @property
     def method(self) -> str:
@@ -114,6 +146,8 @@ class TrialRow:
             return f"control for #{self.control_of}: {what}"
         if self.role == Role.CONFIRM:
             return f"confirmation of #{self.confirm_of}, round {self.confirm_round}"
+        if self.role == Role.BASELINE_RERUN:
+            return "the baseline again (drift check during the search)"
         if self.copy_of is not None:
             return f"{describe_config(self.params)} (copy of #{self.copy_of}: A/A check)"
         return describe_config(self.params)
@@ -140,6 +174,18 @@ class StudyResults:
     # The run-to-run noise of a round's paired log ratio: the study's stored value, else the
     # preset's, else the default measured on the CPU build (tuner.metrics.DEFAULT_NOISE).
     noise: BetweenRunNoise = DEFAULT_NOISE
+    # A sequential confirmation's (rounds at the first look, the cap); None: one look.
+    confirm_looks: tuple[int, int] | None = None
+    # Where it stopped: (rounds run, why); None: not sequential, or not stopped yet.
+    confirm_stop: tuple[int, str] | None = None
+    # The search's interval between re-runs of the baseline (`--baseline-every`); None: not
+    # recorded (a study from before re-runs existed), 0: off.
+    baseline_every: int | None = None
+
+    @property
+    def dummy_weights(self) -> bool:
+        """Some measured trial ran on random weights (`--load-format dummy`)."""
+        return any(t.dummy_weights for t in self.trials)
 
     @property
     def mode_note(self) -> str | None:
@@ -171,6 +217,19 @@ class StudyResults:
             key=lambda t: t.confirm_round or 0,
         )
 
+    def baseline_reruns(self) -> list[TrialRow]:
+        """The baseline's feasible re-runs during the search (`Role.BASELINE_RERUN`)."""
+        return [t for t in self.trials if t.role == Role.BASELINE_RERUN and t.feasible]
+
+    def run_order(self) -> dict[int, int]:
+        """Each started trial's place (0, 1, ...) in the study's order of server starts: by
+        the time it was started, then by number (what the drift is interpolated over)."""
+        started = sorted(
+            (t for t in self.trials if t.started_at is not None),
+            key=lambda t: (t.started_at, t.number),
+        )
+        return {t.number: i for i, t in enumerate(started)}
+
     @property
     def baseline(self) -> TrialRow | None:
         """The feasible baseline trial (the first, if the study ran it more than once)."""
@@ -179,14 +238,15 @@ class StudyResults:
     def measured(self) -> list[TrialRow]:
         """Trials with a score: completed feasible ones and pruned ones, controls included.
 
-        Confirmation runs are left out: they are shown beside the trial they re-ran.
+        Confirmation runs and the baseline's re-runs during the search are left out: they
+        are shown beside the trial they re-ran (re-runs: in the noise line).
         """
         return [
             t
             for t in self.trials
             if (t.feasible or t.state == "pruned")
             and t.tasks_per_hour is not None
-            and t.role != Role.CONFIRM
+            and t.role not in (Role.CONFIRM, Role.BASELINE_RERUN)
         ]
 
     def not_run(self) -> list[TrialRow]:
@@ -259,7 +319,25 @@ def load_results(url: str, study: str | None = None) -> StudyResults:
         mode=_mode(study_attrs, rows),
         sweep=sweep_from_attrs(study_attrs),
         noise=study_noise(study_attrs),
+        confirm_looks=_looks(study_attrs.get(StudyAttr.CONFIRM_PLAN)),
+        confirm_stop=_stop(study_attrs.get(StudyAttr.CONFIRM_STOP)),
+        baseline_every=_opt_int(study_attrs.get(StudyAttr.BASELINE_EVERY)),
     )
+
+
+def _stop(value: object) -> tuple[int, str] | None:
+    if not isinstance(value, Mapping) or not isinstance(value.get("rounds"), int):
+        return None
+    return (int(value["rounds"]), str(value.get("reason") or ""))
+
+
+def _looks(value: object) -> tuple[int, int] | None:
+    if not isinstance(value, Mapping):
+        return None
+    first, cap = value.get("first"), value.get("max")
+    if isinstance(first, int) and isinstance(cap, int) and 1 <= first <= cap:
+        return (first, cap)
+    return None
 
 
 def study_noise(study_attrs: Mapping[str, Any]) -> BetweenRunNoise:
@@ -359,6 +437,11 @@ def _row(trial: FrozenTrial, tables: _TrialTables) -> TrialRow:
         tasks_per_hour_high=high,
         cache_hit_pct=_cache_hit_pct(w, ua),
         reuse=_reuse(w),
+        block_size=(facts.block_size if facts and facts.block_size else None)
+        or _opt_int(ua.get(TrialAttr.BLOCK_SIZE)),
+        mamba_cache_mode=_opt_str(ua.get(TrialAttr.MAMBA_CACHE_MODE)),
+        dummy_weights=bool(ua.get(TrialAttr.DUMMY_WEIGHTS))
+        or (isinstance(spec, Mapping) and spec.get("load_format") == "dummy"),
         preemptions=(
             w.preemptions
             if w is not None and w.preemptions is not None
@@ -374,6 +457,7 @@ def _row(trial: FrozenTrial, tables: _TrialTables) -> TrialRow:
             else _opt_float(ua.get(TrialAttr.ACCEPTANCE_RATE))
         ),
         completed_at=trial.datetime_complete,
+        started_at=trial.datetime_start,
         confirm_of=_opt_int(ua.get(TrialAttr.CONFIRM_OF)),
         confirm_round=_opt_int(ua.get(TrialAttr.CONFIRM_ROUND)),
         probe=ProbeResult.from_json(ua.get(TrialAttr.PROBE)),

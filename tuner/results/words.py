@@ -62,3 +62,11 @@ def mode_line(mode: str | None, note: str | None = None, traces: str | None = No
     if mode == "traces" and traces:
         what = f"traces (replayed {Path(traces).name})"
     return f"{what} ({note})" if note else what
+
+
+# Said wherever a study's trials ran on random weights (`--load-format dummy`): such a model
+# repeats one token, so n-gram accepts nearly every draft and MTP nearly none.
+DUMMY_WEIGHTS_LINE = (
+    "dummy weights (--load-format dummy): acceptance is not measured; the verdict is about "
+    "memory and cache reuse, not about which method to deploy"
+)

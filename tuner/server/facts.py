@@ -11,11 +11,18 @@ the engine really allocated).
 from __future__ import annotations
 
 import re
-from dataclasses import fields, replace
+from dataclasses import dataclass, fields, replace
 
 from tuner.records import StartupFacts
 
-__all__ = ["merge_facts", "parse_cache_info", "parse_log", "parse_metric_labels"]
+__all__ = [
+    "HybridCache",
+    "merge_facts",
+    "parse_cache_info",
+    "parse_hybrid_cache",
+    "parse_log",
+    "parse_metric_labels",
+]
 
 _N = r"([\d,]+)"
 _F = r"([\d,]*\.?\d+)"
@@ -38,6 +45,15 @@ _VERSIONS = (
     re.compile(r"vLLM server version ([^\s,]+)"),
     re.compile(r"\bversion (\d+\.\d+\.\d+[^\s,]*)"),
 )
+# Hybrid (Mamba / Gated DeltaNet + attention) models, vLLM 0.15 and later: with prefix caching
+# on, vLLM picks a mamba_cache_mode and raises the attention block so that one block's page
+# holds a Mamba state (docs/vllm-facts.md). A mode given on the command line appears among the
+# "non-default args" instead.
+_MAMBA_MODE = (
+    re.compile(r"Mamba cache mode is set to '(\w+)'"),
+    re.compile(r"'mamba_cache_mode': '(\w+)'"),
+)
+_ATTN_BLOCK = re.compile(r"Setting attention block size to {_N} tokens".replace("{_N}", _N))
 _INFO_LINE = re.compile(r"^vllm:cache_config_info\{(?P<labels>[^}]*)\}", re.MULTILINE)
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
@@ -80,6 +96,29 @@ def parse_log(text: str) -> StartupFacts:
             facts = replace(facts, vllm_version=found[1])
             break
     return facts
+
+
+@dataclass(frozen=True)
+class HybridCache:
+    """How a hybrid model's cache was laid out: vLLM's mamba_cache_mode and attention block."""
+
+    mamba_cache_mode: str | None = None
+    attention_block_size: int | None = None
+
+
+def parse_hybrid_cache(text: str) -> HybridCache:
+    """The mamba cache mode and attention block size a hybrid server logged (None: not said).
+
+    The last mention wins: vLLM logs the mode it settled on after the defaults were applied.
+    """
+    mode = None
+    for pattern in _MAMBA_MODE:
+        found = pattern.findall(text)
+        if found:
+            mode = found[-1]
+            break
+    blocks = _ATTN_BLOCK.findall(text)
+    return HybridCache(mode, _int(blocks[-1]) if blocks else None)
 
 
 def parse_metric_labels(metrics_text: str, name: str = "vllm:cache_config_info") -> dict[str, str]:

@@ -12,6 +12,9 @@ The lifecycle, in phases:
    (the vLLM program, a local model) are made absolute against the caller's directory first.
 3. wait: poll `GET /health` while watching the process. Exit before 200, or no 200 within
    the timeout, is a `StartupFailed` carrying the classified failure; the group is stopped.
+   Meanwhile `on_wait` (when given) hears, every `PHASE_EVERY_S`, the seconds so far and the
+   start-up phase the log shows last (`startup_phase`: loading weights, compiling, ...), so a
+   start of several minutes on a slow CPU is not silent.
 4. ready: read the startup facts from the log and from /metrics, return a `ServerHandle`.
 5. stop: SIGTERM to the group, SIGKILL after the grace period, then confirm that no process of
    the group remains and that the port can be bound again; the pid file is removed.
@@ -25,10 +28,12 @@ import atexit
 import contextlib
 import itertools
 import os
+import re
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
@@ -52,7 +57,14 @@ from tuner.server.reaper import (
 from tuner.server.spec import ServerSpec
 from tuner.settings import LaunchCommand, get_settings
 
-__all__ = ["Launcher", "ServerHandle", "free_port"]
+__all__ = [
+    "PHASE_EVERY_S",
+    "Launcher",
+    "ServerHandle",
+    "WaitCallback",
+    "free_port",
+    "startup_phase",
+]
 
 _POLL_S = 0.2
 _counter = itertools.count()
@@ -63,6 +75,56 @@ _SUPERVISOR = str(Path(__file__).with_name("supervisor.py"))
 # Seconds the supervisor gives the group after SIGTERM when its owner died; vLLM's API server,
 # engine core and workers exit in 1-3 s on SIGTERM on the CPU build.
 ORPHAN_GRACE_S = 5.0
+# How often `on_wait` hears how a start is going (it reads the log's tail each time).
+PHASE_EVERY_S = 1.0
+_TAIL_BYTES = 65536
+# Called while a server starts: seconds since launch, and its last start-up phase (None: the
+# log names none yet).
+WaitCallback = Callable[[float, "str | None"], None]
+
+# vLLM's start-up, in the words of its own log (0.32, CPU and GPU builds), each mapped to what a
+# person reading the progress lines needs: the phase the server is in. The last line that
+# matches any of them in the log wins.
+_PHASES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
+    (re.compile(pattern), phase)
+    for pattern, phase in (
+        (r"non-default args|Resolved architecture", "reading the model's config"),
+        (r"Initializing a V1 LLM engine", "starting the engine"),
+        (r"Starting to load model|Loading weights|Loading safetensors", "loading weights"),
+        (r"Model loading took", "weights loaded"),
+        (r"Starting torch\.compile|Dynamo bytecode transform|Compiling a graph", "compiling"),
+        (r"Directly load the compiled graph", "loading the compile cache"),
+        (r"torch\.compile takes|compilation takes", "compiled"),
+        (r"Available KV cache memory|for KV cache|KV cache size", "sizing the KV cache"),
+        (r"Warming up model", "warm-up: compiling for the batch shapes"),
+        (r"Warming up done", "warm-up done"),
+        (r"Capturing CUDA graph|Graph capturing", "capturing CUDA graphs"),
+        (r"init engine \(profile", "engine ready, starting the API server"),
+        (r"Starting vLLM (?:API )?server|Application startup complete", "API server starting"),
+    )
+)
+
+
+def startup_phase(log_text: str) -> str | None:
+    """The phase a starting vLLM server is in, from its log so far (None: none named yet)."""
+    best: tuple[int, str] | None = None
+    for pattern, phase in _PHASES:
+        for match in pattern.finditer(log_text):
+            if best is None or match.start() > best[0]:
+                best = (match.start(), phase)
+    return best[1] if best is not None else None
+
+
+def _log_tail(path: Path) -> str:
+    try:
+        with path.open("rb") as log:
+            log.seek(0, os.SEEK_END)
+            log.seek(max(0, log.tell() - _TAIL_BYTES))
+            return log.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
 # Handles not yet stopped (strong references: a dropped handle must still be stopped at exit).
 _live: set[ServerHandle] = set()
 
@@ -284,7 +346,12 @@ class Launcher:
         return self.log_dir / f"vllm-{stamp}-{os.getpid()}-{next(_counter)}-p{port}-a{attempt}.log"
 
     def launch(
-        self, spec: ServerSpec, *, timeout_s: float = 900.0, attempt: int = 0
+        self,
+        spec: ServerSpec,
+        *,
+        timeout_s: float = 900.0,
+        attempt: int = 0,
+        on_wait: WaitCallback | None = None,
     ) -> ServerHandle:
         """Start `spec` and wait until `/health` answers 200.
 
@@ -292,6 +359,8 @@ class Launcher:
             spec: The server to start.
             timeout_s: Seconds to wait for readiness before giving up (`startup_timeout`).
             attempt: Retry number for this trial, stored with the start record.
+            on_wait: Told every `PHASE_EVERY_S` while the server starts: seconds so far and
+                `startup_phase` of its log.
 
         Returns:
             A handle to the ready server (also a context manager that stops it).
@@ -305,7 +374,7 @@ class Launcher:
         # on one host); then vLLM exits at once and another free port is tried.
         for retry in range(_PORT_RETRIES + 1):
             try:
-                return self._start(spec, timeout_s=timeout_s, attempt=attempt)
+                return self._start(spec, timeout_s=timeout_s, attempt=attempt, on_wait=on_wait)
             except StartupFailed as exc:
                 failure = exc.failure
                 lost_port = _PORT_TAKEN in failure.excerpt or _PORT_TAKEN in failure.message
@@ -313,7 +382,9 @@ class Launcher:
                     raise
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _start(self, spec: ServerSpec, *, timeout_s: float, attempt: int) -> ServerHandle:
+    def _start(
+        self, spec: ServerSpec, *, timeout_s: float, attempt: int, on_wait: WaitCallback | None
+    ) -> ServerHandle:
         if spec.port is not None and not port_free(spec.host, spec.port):
             # Another server there would answer our /health polls before vLLM fails to bind.
             raise ServerError(f"port {spec.port} on {spec.host} is in use; free it or unset port")
@@ -364,7 +435,7 @@ class Launcher:
         )
         try:
             ready, timed_out, metrics, ready_at = self._wait_ready(
-                handle, process, began + timeout_s
+                handle, process, began + timeout_s, on_wait
             )
         except BaseException:
             handle._stop(2.0, check_port=False)
@@ -397,11 +468,21 @@ class Launcher:
         return handle
 
     def _wait_ready(
-        self, handle: ServerHandle, process: subprocess.Popen[bytes], deadline: float
+        self,
+        handle: ServerHandle,
+        process: subprocess.Popen[bytes],
+        deadline: float,
+        on_wait: WaitCallback | None = None,
     ) -> tuple[bool, bool, str, float]:
         """Poll /health until 200 (ready), the process exits, or the deadline passes."""
+        began = time.monotonic()
+        told = float("-inf")
         with httpx.Client(base_url=handle.base_url, timeout=5.0) as client:
             while True:
+                now = time.monotonic()
+                if on_wait is not None and now - told >= PHASE_EVERY_S:
+                    told = now
+                    on_wait(now - began, startup_phase(_log_tail(handle.log_path)))
                 if process.poll() is not None:
                     return False, False, "", 0.0
                 try:

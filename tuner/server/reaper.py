@@ -23,8 +23,10 @@ from pathlib import Path
 
 __all__ = [
     "PidRecord",
+    "descendants",
     "group_members",
     "kill_group",
+    "live_records",
     "port_free",
     "reap_orphans",
     "register",
@@ -155,6 +157,31 @@ def _read(path: Path) -> PidRecord | None:
         return PidRecord(**json.loads(path.read_text()))
     except (OSError, ValueError, TypeError):
         return None
+
+
+def live_records(state_dir: Path) -> list[PidRecord]:
+    """The pid files in `state_dir` that can be read (their groups may be gone)."""
+    if not state_dir.is_dir():
+        return []
+    return [r for p in sorted(state_dir.glob("server-*.json")) if (r := _read(p)) is not None]
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below `pid` (children, theirs, ...), read from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        stat = _stat_fields(int(entry.name))
+        if stat is not None and stat[0] != "Z":
+            children.setdefault(int(stat[1]), []).append(int(entry.name))
+    found: list[int] = []
+    todo = list(children.get(pid, []))
+    while todo:
+        child = todo.pop()
+        found.append(child)
+        todo.extend(children.get(child, []))
+    return found
 
 
 def reap_orphans(state_dir: Path, *, grace_s: float = 10.0) -> list[PidRecord]:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from tuner.storage.engine import masked, normalize_url, open_engine
+    from tuner.storage.locks import study_lock
     from tuner.storage.migrations import current, downgrade, head, upgrade
     from tuner.storage.store import Store, Stored, TrialMeasurements
 
@@ -25,6 +26,7 @@ __all__ = [
     "masked",
     "normalize_url",
     "open_engine",
+    "study_lock",
     "upgrade",
 ]
 
@@ -32,6 +34,7 @@ _WHERE = {
     "masked": "engine",
     "normalize_url": "engine",
     "open_engine": "engine",
+    "study_lock": "locks",
     "current": "migrations",
     "downgrade": "migrations",
     "head": "migrations",

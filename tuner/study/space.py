@@ -30,6 +30,7 @@ from tuner.server.knobs import suffix_decoding_available
 from tuner.workload.settings import WorkloadSettings
 
 __all__ = [
+    "DEFAULT_CPU_WINDOW_S",
     "ConfigKey",
     "ConfirmPart",
     "GpuPart",
@@ -53,6 +54,10 @@ def config_key(params: dict[str, Any]) -> ConfigKey:
 
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
+# The scored window a CPU preset aims at when it sets none (`Preset.window_s`): long enough for
+# a dozen tasks with two agents on a fast box (about 80 s on the reference Zen 4), short enough
+# that six trials and their confirmations stay under the hour on a box four times slower.
+DEFAULT_CPU_WINDOW_S = 120.0
 
 
 class IntRange(BaseModel):
@@ -304,6 +309,21 @@ class Preset(BaseModel):
     # on in a preset whose recorded grid shows that it pays (docs/decisions.md); `tuner optimize
     # --screening/--no-screening` overrides it.
     screening: bool = False
+    # The scored window the workload should fit on this box (seconds): the study's first server
+    # measures prefill and decode tokens/s and scales contexts, then tasks, down until the
+    # estimate fits (`tuner.study.preflight.calibration`; `--no-calibrate` keeps the preset's
+    # sizing). Unset: 120 s on CPU presets, no calibration on GPU presets (their window rule is
+    # a lower bound, `tuner.study.preflight.sizing`).
+    target_window_s: float | None = Field(default=None, gt=0)
+
+    @property
+    def window_s(self) -> float | None:
+        """The target scored window calibration sizes to (None: the preset is not calibrated)."""
+        if self.target_window_s is not None:
+            return self.target_window_s
+        if self.gpu.cpu and self.workload.traces is None:
+            return DEFAULT_CPU_WINDOW_S
+        return None
 
     @model_validator(mode="after")
     def _supported(self) -> Preset:

@@ -8,14 +8,23 @@ Run it like the real API server (unknown vLLM flags are accepted and ignored):
 It stands in for vLLM where a real start costs a minute or cannot happen on this machine (the
 Mamba-block failure needs a GPU). Behaviour is chosen by environment variables:
 
-- `FAKE_VLLM_STARTUP_S` (default 0.5): seconds to "build the engine" before listening.
+- `FAKE_VLLM_STARTUP_S` (default 0.5): seconds to "build the engine" before listening (half
+  "loading the model", half "warming up", each announced by vLLM's own log line).
 - `FAKE_VLLM_KV_TOKENS` (default 12345): the KV cache size it reports (log and /metrics).
+- `FAKE_VLLM_SPEC_KV_TOKENS`: the KV cache size a server started with `--speculative-config`
+  reports instead (a drafter's smaller cache). `--num-gpu-blocks-override N` reports N blocks
+  of `BLOCK_SIZE` tokens, as vLLM does.
 - `FAKE_VLLM_MAMBA_BLOCKS=N`: when max-num-seqs (default 512, as on a GPU) exceeds N, fail
   the way vLLM does on a hybrid model with CUDA graphs, and exit 1.
 - `FAKE_VLLM_FAIL=text`: print `text` to stderr and exit 1.
 - `FAKE_VLLM_SPEC=1`: count speculative drafts, as a server with a speculative config would.
 - `FAKE_VLLM_TOKEN_DELAY_S` (default 0): seconds per output token before answering (a slow
   server, for pruning tests).
+- `FAKE_VLLM_DRIFT` (default 0) with `FAKE_VLLM_DRIFT_FILE=path`: a machine that drifts. Each
+  start counts itself in the file (n starts before it) and divides its token delay by
+  exp(DRIFT x n): every server serves a constant share faster than the one started before it.
+- `FAKE_VLLM_PREFILL_DELAY_S` (default 0): seconds per prompt token not served from its prefix
+  cache, before answering (a slow CPU's prefill; tuner's calibration probe measures it).
 - `FAKE_VLLM_ACCESS_LOG=1`: log every request as vLLM's uvicorn does (fault tests read phases).
 - `FAKE_VLLM_SPEC_SPEEDUP` (default 1): a server started with `--speculative-config` divides
   that delay by this (a speculative config that is faster).
@@ -63,6 +72,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import signal
 import sys
@@ -105,6 +115,7 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--max-num-seqs", type=int, default=DEFAULT_MAX_NUM_SEQS)
     parser.add_argument("--max-model-len", type=int, default=DEFAULT_MAX_MODEL_LEN)
     parser.add_argument("--speculative-config", default=None)
+    parser.add_argument("--num-gpu-blocks-override", type=int, default=None)
     args, _ignored = parser.parse_known_args(argv)
     args.model = args.model or args.model_positional or "fake-model"
     args.served_model_name = args.served_model_name or args.model
@@ -141,11 +152,16 @@ class _State:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.kv_tokens = int(os.environ.get("FAKE_VLLM_KV_TOKENS", "12345"))
+        if args.speculative_config and os.environ.get("FAKE_VLLM_SPEC_KV_TOKENS"):
+            self.kv_tokens = int(os.environ["FAKE_VLLM_SPEC_KV_TOKENS"])
+        if args.num_gpu_blocks_override is not None:
+            self.kv_tokens = args.num_gpu_blocks_override * BLOCK_SIZE
         self.spec = bool(args.speculative_config) or os.environ.get("FAKE_VLLM_SPEC") == "1"
         speculative = bool(args.speculative_config)
         self.changes_outputs = speculative and os.environ.get("FAKE_VLLM_CHANGE_OUTPUTS") == "1"
         speedup = float(os.environ.get("FAKE_VLLM_SPEC_SPEEDUP", "1")) if speculative else 1.0
         self.token_delay_s = float(os.environ.get("FAKE_VLLM_TOKEN_DELAY_S", "0")) / speedup
+        self.token_delay_s *= math.exp(-float(os.environ.get("FAKE_VLLM_DRIFT", "0")) * _starts())
         self.counters = _Counters()
         self.seen_prompts: list[str] = []
         self.seen_lock = threading.Lock()
@@ -196,6 +212,21 @@ class _State:
         lines.append("# TYPE vllm:num_requests_waiting gauge")
         lines.append(f"vllm:num_requests_waiting{{{labels}}} 0.0")
         return "\n".join(lines) + "\n"
+
+
+def _starts() -> int:
+    """Servers started before this one (`FAKE_VLLM_DRIFT_FILE`), counting this one in."""
+    path = os.environ.get("FAKE_VLLM_DRIFT_FILE")
+    if not path:
+        return 0
+    try:
+        with open(path, encoding="utf-8") as f:
+            before = int(f.read().strip() or "0")
+    except FileNotFoundError:
+        before = 0
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(str(before + 1))
+    return before
 
 
 def _common_prefix_len(a: str, b: str) -> int:
@@ -363,7 +394,10 @@ def _make_handler(state: _State) -> type[BaseHTTPRequestHandler]:
             completion_tokens = len(words)
             # A slow "GPU": each request takes this long per output token (whole-request delay
             # keeps the fake simple; tests use it to make one server clearly lose).
-            time.sleep(completion_tokens * state.token_delay_s)
+            prefill_delay = float(os.environ.get("FAKE_VLLM_PREFILL_DELAY_S", "0"))
+            time.sleep(
+                completion_tokens * state.token_delay_s + (prompt_tokens - cached) * prefill_delay
+            )
             drafts = completion_tokens if state.spec else 0
             collapse = _after("FAKE_VLLM_ACCEPT_COLLAPSE_AFTER")
             accepted = 0 if collapse is not None and n > collapse else drafts // 2
@@ -497,7 +531,12 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse_args(sys.argv[1:] if argv is None else argv)
     print(f"INFO [api_server.py] vLLM API server version {VERSION}", flush=True)
     print(f"INFO [api_server.py] args: model={args.model!r} port={args.port}", flush=True)
-    time.sleep(float(os.environ.get("FAKE_VLLM_STARTUP_S", "0.5")))
+    # The start-up phases in vLLM's words (tuner.server.launcher.startup_phase reads them).
+    startup_s = float(os.environ.get("FAKE_VLLM_STARTUP_S", "0.5"))
+    print(f"INFO [cpu_model_runner.py] Starting to load model {args.model}...", flush=True)
+    time.sleep(startup_s / 2)
+    print("INFO [cpu_model_runner.py] Warming up model for the compilation...", flush=True)
+    time.sleep(startup_s / 2)
 
     failure = os.environ.get("FAKE_VLLM_FAIL")
     if failure:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tuner.records import ServerStartRecord, WorkloadRecord
+from tuner.records import ServerStartRecord, TaskRecord, WorkloadRecord
 from tuner.study.trial.backend import Finished, Progress
 from tuner.study.trial.evaluate import TrialRequest, TrialResult
 
@@ -68,10 +68,15 @@ class _Live:
 
 @dataclass
 class ScriptedBackend:
-    """A `TrialBackend` whose trials follow `script(params)` on a simulated clock."""
+    """A `TrialBackend` whose trials follow `script(params)` on a simulated clock.
+
+    With `record_tasks`, a run's workload record carries its tasks ("task0", "task1", ...,
+    each the same seconds), so the results can pair runs by task id.
+    """
 
     script: Callable[[dict[str, Any]], ScriptedRun]
     n_slots: int = 1
+    record_tasks: bool = False
     clock: float = 0.0
     submitted: list[TrialRequest] = field(default_factory=list)
     _live: dict[int, _Live] = field(default_factory=dict)
@@ -127,6 +132,21 @@ class ScriptedBackend:
         tasks = t.stop_at_task or t.total
         wall = tasks * 3600.0 / t.run.tasks_per_hour
         rate = tasks * 3600.0 / wall
+        each = wall / tasks if tasks else 0.0
+        records = tuple(
+            TaskRecord(
+                index=i,
+                task_id=f"task{i}",
+                template="scripted",
+                seed=0,
+                warmup=False,
+                success=True,
+                failure_reason=None,
+                started_s=i * each,
+                wall_s=each,
+            )
+            for i in range(tasks if self.record_tasks else 0)
+        )
         workload = WorkloadRecord(
             mode="replay",
             task_set_hash="scripted",
@@ -141,6 +161,7 @@ class ScriptedBackend:
             success_rate=1.0,
             success_rate_low=0.8,
             success_rate_high=1.0,
+            task_records=records,
         )
         result = TrialResult(
             n, t.request.spec, (start,), workload, pruned=tasks < t.total, wall_s=wall

@@ -19,7 +19,7 @@ from tuner.workload.settings import WorkloadSettings
 from tuner.workload.tasks import build_task_set
 from tuner.workload.tokens import TokenCounter
 
-__all__ = ["Spread", "SuiteStats", "describe_suite"]
+__all__ = ["Spread", "SuiteStats", "TaskTokens", "describe_suite", "task_tokens"]
 
 
 @dataclass(frozen=True)
@@ -111,6 +111,50 @@ def _script_stats(
             prompt += size
     growths = [b - a for a, b in itertools.pairwise(prompts)]
     return _Measured(prompts, replied, outputs, calls, longs, growths, prompt)
+
+
+@dataclass(frozen=True)
+class TaskTokens:
+    """What one replayed task asks of the server, in tokens (the sizing's cost model).
+
+    Attributes:
+        prompt: Prompt tokens summed over its steps.
+        cached: Of those, what an ideal prefix cache serves in replay (whole blocks of the
+            shared prefix at the first step, of the previous prompt at later ones).
+        output: Assistant tokens it forces the server to write.
+    """
+
+    prompt: int
+    cached: int
+    output: int
+
+    @property
+    def prefill(self) -> int:
+        """Prompt tokens the server must compute."""
+        return self.prompt - self.cached
+
+
+def task_tokens(
+    settings: WorkloadSettings, counter: TokenCounter, *, block_size: int = 16
+) -> list[TaskTokens]:
+    """Per scored task of `settings`: prompt, ideally cached and output tokens in replay.
+
+    Uses the same rendering and reuse rule as `describe_suite` (replay: the scripted reply
+    differs from the forced one, so a step reuses the previous prompt, not its reply).
+    """
+    scripts = [script_for_task(t, settings) for t in build_task_set(settings)]
+    system = scripts[0].head[0]
+    prefix = _message_tokens(counter, system)
+    if scripts[0].tools:
+        prefix += counter.count(json.dumps(list(scripts[0].tools)))
+    out: list[TaskTokens] = []
+    for script in scripts:
+        m = _script_stats(counter, script, prefix, long_from=0)
+        first = (prefix // block_size) * block_size
+        cached = first + sum((p // block_size) * block_size for p in m.prompts[:-1])
+        written = sum(m.calls) + sum(m.longs)
+        out.append(TaskTokens(sum(m.prompts), min(cached, sum(m.prompts)), written))
+    return out
 
 
 def describe_suite(

@@ -16,6 +16,12 @@ Phases of `run_workload`:
    scored tasks in fixed order, one task at a time each (closed loop); `should_stop()` is asked
    before every task, and a True ends the window early with what was measured.
 4. Stop the clock and the meter, scrape /metrics again, score, return a `WorkloadRecord`.
+
+`on_activity`, when given, hears every `ACTIVITY_EVERY_S` what the run is doing, in words a
+person follows in a log ("warm-up: 1 of 2 warm-up tasks done", "warm-up sweeps: sweep 2 of at
+most 3",
+"scoring: 5 of 12 tasks done, 2 agents, 1,234 prompt tok/s and 41 gen tok/s so far"): on a slow
+CPU one task takes minutes, and the study's progress lines repeat the latest of these.
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ from tuner.workload.tasks import Task, build_task_set, task_set_hash
 from tuner.workload.tokens import TokenCounter
 
 __all__ = [
+    "ACTIVITY_EVERY_S",
     "MAX_SWEEPS",
     "STEADY_TOLERANCE",
     "RunProgress",
@@ -61,6 +68,9 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 DEFAULT_BLOCK_SIZE = 16  # vLLM's GPU default when the server does not say
+# How often `on_activity` hears what the run is doing (one cheap call; the driver prints it at
+# its own interval).
+ACTIVITY_EVERY_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -102,6 +112,46 @@ class _Phase:
     def answered(self) -> int:
         """Requests the server answered in this phase so far."""
         return sum(len(o.steps) for o in self.outcomes)
+
+
+@dataclass
+class _Activity:
+    """What the run is doing now, said as text to `on_activity` by `_tell_activity`."""
+
+    agents: int
+    stage: str = "warm-up"  # "warm-up", "sweep", "scoring"
+    phase: _Phase | None = None
+    total: int = 0
+    sweep: int = 0
+
+    def text(self) -> str:
+        phase = self.phase
+        if self.stage == "sweep":
+            return (
+                f"warm-up sweeps: sweep {self.sweep} of at most {MAX_SWEEPS} (every "
+                "concurrency level at the workload's prompt lengths)"
+            )
+        done = len(phase.records) if phase is not None else 0
+        if self.stage == "warm-up":
+            if not self.total:
+                return "warm-up"
+            return f"warm-up: {done} of {self.total} warm-up tasks done"
+        assert phase is not None
+        steps = [s for o in phase.outcomes for s in o.steps]
+        elapsed = max(time.perf_counter() - phase.started, 1e-9)
+        prompt = sum(s.prompt_tokens for s in steps) / elapsed
+        gen = sum(s.output_tokens for s in steps) / elapsed
+        return (
+            f"scoring: {done} of {self.total} tasks done, {self.agents} agents, "
+            f"{prompt:,.0f} prompt tok/s and {gen:,.0f} gen tok/s so far"
+        )
+
+
+async def _tell_activity(activity: _Activity, on_activity: Callable[[str], None]) -> None:
+    """Say `activity` every `ACTIVITY_EVERY_S` until cancelled."""
+    while True:
+        on_activity(activity.text())
+        await asyncio.sleep(ACTIVITY_EVERY_S)
 
 
 def normalise_base_url(url: str) -> str:
@@ -264,6 +314,7 @@ async def run_workload(
     should_stop: Callable[[], bool] | None = None,
     energy: EnergyMeter | None = None,
     block_size: int | None = None,
+    on_activity: Callable[[str], None] | None = None,
 ) -> WorkloadRecord:
     """Run the agent workload against a running server and score it.
 
@@ -279,6 +330,7 @@ async def run_workload(
         energy: GPU energy meter over the scored window; None: not measured.
         block_size: The server's KV block size (from its startup facts) for reuse classes;
             None: `settings.block_size`, else the server's /metrics, else 16.
+        on_activity: Told every `ACTIVITY_EVERY_S` what the run is doing, as one phrase.
 
     Returns:
         The record with score, server counters and every task and step.
@@ -288,6 +340,35 @@ async def run_workload(
         WorkloadStalled: As many tasks in a row as there are agents (at least 2) missed their
             deadline.
     """
+    activity = _Activity(settings.agents)
+    ticker = (
+        asyncio.create_task(_tell_activity(activity, on_activity))
+        if on_activity is not None
+        else None
+    )
+    try:
+        return await _run(
+            client, base_url, model, settings, tokenizer, on_progress, should_stop, energy,
+            block_size, activity,
+        )  # fmt: skip
+    finally:
+        if ticker is not None:
+            ticker.cancel()
+
+
+async def _run(
+    client: httpx.AsyncClient,
+    base_url: str,
+    model: str,
+    settings: WorkloadSettings,
+    tokenizer: str | None,
+    on_progress: Callable[[RunProgress], None] | None,
+    should_stop: Callable[[], bool] | None,
+    energy: EnergyMeter | None,
+    block_size: int | None,
+    activity: _Activity,
+) -> WorkloadRecord:
+    """`run_workload`'s phases; `activity` follows them."""
     base_url = normalise_base_url(base_url)
     warm_jobs, scored_jobs, digest = _jobs(settings)
     if tokenizer is None and Path(model).is_dir():
@@ -303,12 +384,15 @@ async def run_workload(
     )
     clock_zero = time.perf_counter()
     warm = _Phase(deque(warm_jobs), clock_zero)
+    activity.phase, activity.total = warm, len(warm_jobs)
     stall = _StallWatch(settings.agents, settings.task_deadline_s)
     await _run_phase(ctx, warm, clock_zero, should_stop, None, stall=stall)
     # `warmup_tasks: 0` means no warm-up at all, shape sweeps included.
     stopping = should_stop is not None and should_stop()
     skip = stopping or settings.warmup_tasks == 0
-    sweeps = WarmupSweeps() if skip else await warm_shapes(ctx)
+    if not skip:
+        activity.stage = "sweep"
+    sweeps = WarmupSweeps() if skip else await warm_shapes(ctx, activity)
     _log.info(
         "warm-up: %.1f s (tasks and shape sweeps); sweep rates %s tokens/s%s",
         time.perf_counter() - clock_zero,
@@ -321,6 +405,7 @@ async def run_workload(
         energy.start()
     scored = _Phase(deque(scored_jobs), time.perf_counter())
     total = len(scored_jobs)
+    activity.stage, activity.phase, activity.total = "scoring", scored, total
 
     def report() -> None:
         if on_progress is None:
@@ -420,7 +505,7 @@ def _filler(counter: TokenCounter, tokens: int) -> str:
     return text
 
 
-async def warm_shapes(ctx: AgentContext) -> WarmupSweeps:
+async def warm_shapes(ctx: AgentContext, activity: _Activity | None = None) -> WarmupSweeps:
     """Shape sweeps until the server runs at a steady rate (see the module docstring).
 
     Each level c sends c requests at once whose prompts spread from 1/c of the workload's
@@ -478,7 +563,9 @@ async def warm_shapes(ctx: AgentContext) -> WarmupSweeps:
 
     rates: list[float] = []
     refused = 0
-    for _ in range(MAX_SWEEPS):
+    for sweep in range(MAX_SWEEPS):
+        if activity is not None:
+            activity.sweep = sweep + 1
         t0 = time.perf_counter()
         tokens = 0
         for c in levels:
@@ -523,8 +610,8 @@ def run_workload_sync(
         base_url: The server URL.
         model: The served model name.
         settings: The workload settings.
-        **kwargs: `tokenizer`, `on_progress`, `should_stop`, `energy`, `block_size` as for
-            `run_workload`.
+        **kwargs: `tokenizer`, `on_progress`, `should_stop`, `energy`, `block_size`,
+            `on_activity` as for `run_workload`.
     """
 
     async def main() -> WorkloadRecord:

@@ -36,6 +36,11 @@ class WorkloadSettings(BaseModel):
         shape: Sizes of the generated suite.
         acceptance_guard: When a speculative server's acceptance collapses during the scored
             window, stop the trial (tuner.metrics.guards).
+        measured_scored_s: The shortest scored window this workload took on the preset's
+            hardware, measured (the preset says where). Preflight's sizing check bounds the
+            window by tool waits alone; a workload bounded by long prefills instead (the
+            published shape: prompts to 15k tokens) states its measured window here, and
+            the check accepts it when it is at least 60 s. None: tool waits decide.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -54,6 +59,7 @@ class WorkloadSettings(BaseModel):
     traces: str | None = None
     shape: SuiteShape = Field(default_factory=SuiteShape.default)
     acceptance_guard: AcceptanceGuardSettings = Field(default_factory=AcceptanceGuardSettings)
+    measured_scored_s: float | None = Field(default=None, gt=0)
 
     @property
     def warmup_seed(self) -> int:

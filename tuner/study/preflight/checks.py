@@ -190,6 +190,7 @@ def preflight(
     cache_dir: Path,
     say: Callable[[str], None] = _stderr,
     capabilities: VllmCapabilities | None = None,
+    study_scored_s: float | None = None,
 ) -> tuple[Preset, StartCheck]:
     """Fit `preset` to the installed vLLM and check its workload size; see the module doc.
 
@@ -199,6 +200,8 @@ def preflight(
         say: Where the one-line notes go (stderr).
         capabilities: Use these instead of probing `TUNER_VLLM_COMMAND` (tests, callers that
             probed already).
+        study_scored_s: The shortest scored window the study's trials measured, for runs of
+            queued extras on a measured study (`check_sizing`).
 
     Raises:
         ConfigError: a fixed part of the preset needs a flag or key this vLLM lacks, the
@@ -212,7 +215,9 @@ def preflight(
         say("TUNER_VLLM_COMMAND does not start vLLM (a fake server?): knobs not checked")
         return preset, StartCheck(None, ())
     if not preset.gpu.cpu:
-        check_sizing(preset.workload, where=f"preset {preset.study_name}")
+        check_sizing(
+            preset.workload, where=f"preset {preset.study_name}", study_scored_s=study_scored_s
+        )
     adjusted, refused = _adjust(preset, caps, say)
     if refused:
         raise ConfigError(

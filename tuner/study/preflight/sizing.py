@@ -59,8 +59,16 @@ def mean_tool_latency_s(median_s: float) -> float:
     return median_s * math.exp(_LATENCY_SIGMA**2 / 2)
 
 
-def min_tasks(agents: int) -> int:
-    """Fewest scored tasks for `agents` closed-loop agents."""
+def min_tasks(agents: int, *, cpu: bool = False) -> int:
+    """Fewest scored tasks for `agents` closed-loop agents.
+
+    On a CPU preset (exempt from the window rule, see the module doc) the floor is four tasks
+    per agent, at least 8: what calibration may scale a slow box's workload down to
+    (`tuner.study.preflight.calibration`); the screening rungs at 1/4 and 1/2 then still see
+    whole tasks of every agent.
+    """
+    if cpu:
+        return max(8, _MIN_TASKS_PER_AGENT * agents)
     return max(_MIN_TASKS, _MIN_TASKS_PER_AGENT * agents)
 
 
@@ -119,15 +127,23 @@ def size_workload(settings: WorkloadSettings) -> Sizing:
     return Sizing(settings.tasks, settings.agents, sum(calls[: settings.tasks]), floor, needed)
 
 
-def check_sizing(settings: WorkloadSettings, *, where: str) -> Sizing:
+def check_sizing(
+    settings: WorkloadSettings, *, where: str, study_scored_s: float | None = None
+) -> Sizing:
     """Refuse a GPU workload whose scored window is too short to measure.
 
     Args:
         settings: The workload the study would score every trial with.
         where: The preset it comes from, for the message.
+        study_scored_s: The shortest scored window the study's own trials measured with this
+            workload (runs of queued extras on a measured study: confirmation, controls). At
+            `MIN_SCORED_S` or more it passes the workload whatever its task count: the extras
+            repeat the study's sizing so that they compare with its trials.
 
     Raises:
-        ConfigError: fewer tasks than `min_tasks`, or less than `MIN_SCORED_S` of tool waits.
+        ConfigError: fewer tasks than `min_tasks`, or less than `MIN_SCORED_S` of tool waits
+            (unless `settings.measured_scored_s` or `study_scored_s` says the window measured
+            at least that).
     """
     if settings.traces is not None:
         # Recorded traces carry their own timing; the count is the only thing to check.
@@ -139,6 +155,18 @@ def check_sizing(settings: WorkloadSettings, *, where: str) -> Sizing:
         return Sizing(settings.tasks, settings.agents, 0, 0.0, settings.tasks)
     sizing = size_workload(settings)
     if sizing.ok:
+        return sizing
+    if study_scored_s is not None and study_scored_s >= MIN_SCORED_S:
+        # The study measured its trials with this very workload: its extras must repeat it to
+        # compare with them, and its windows were long enough.
+        return sizing
+    measured = settings.measured_scored_s
+    if (
+        measured is not None
+        and measured >= MIN_SCORED_S
+        and settings.tasks >= min_tasks(settings.agents)
+    ):
+        # A window bounded by prefills, not tools, that was measured long enough.
         return sizing
     if settings.tool_latency_s <= 0:
         raise ConfigError(

@@ -10,11 +10,15 @@ Lifecycle of `optimize()`:
    RDB heartbeat so several drivers can share it (`tuner.study.search.resume`).
 4. Reap vLLM servers orphaned on this host by a killed run.
 5. Run `tuner.study.search.loop.StudyLoop` on a `RayBackend` (one worker actor per GPU slot).
-6. On Ctrl-C/SIGTERM: stop the running trials, re-queue them as interrupted, leave no server.
+6. On Ctrl-C/SIGTERM: say in one line what stops (the running trials, re-queued as
+   interrupted) and the command that resumes, stop them, leave no server, raise
+   `StudyInterrupted` (the CLI exits 130). A second Ctrl-C quits at once (`_quit_now`): it
+   kills this run's server groups and every process this one started, and exits 130.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -36,21 +40,31 @@ from tuner import __version__
 from tuner.attrs import StudyAttr, TrialAttr, is_feasible
 from tuner.errors import ConfigError, StudyError
 from tuner.models import MODEL_NAMES, prepare
+from tuner.results.configs import describe_config_short
 from tuner.server import ServerSpec, reap_orphans
+from tuner.server.reaper import descendants, kill_group, live_records
 from tuner.storage import Store, normalize_url
-from tuner.study.preflight.checks import preflight
-from tuner.study.preflight.sizing import read_model_config, workload_reductions
+from tuner.study.preflight.plan import (
+    StudyPlan,
+    WorkloadSizing,
+    plan_study,
+    read_stored_study,
+    same_scores,
+)
+from tuner.study.preflight.plan import reduce_space as _reduce_space
 from tuner.study.search.display import SlotView, StudyDisplay, ran_params
 from tuner.study.search.loop import LoopOutcome, LoopSettings, RequestFactory, StudyLoop
-from tuner.study.search.progress import ProgressLines
+from tuner.study.search.progress import ProgressLines, interrupted_line
 from tuner.study.search.pruning import PruneRule, ScreenRule
 from tuner.study.search.resume import counted, heartbeat_storage
-from tuner.study.search.roles import enqueue_run, is_sampled
+from tuner.study.search.roles import DEFAULT_BASELINE_EVERY, enqueue_run, is_sampled
 from tuner.study.space import Preset
+from tuner.study.trial.backend import Finished, Progress, TrialBackend
 from tuner.study.trial.evaluate import ThroughputPlan, TrialRequest
 
 __all__ = [
     "OptimizeOptions",
+    "StudyInterrupted",
     "StudySummary",
     "apply_overrides",
     "enqueue_run",
@@ -77,6 +91,9 @@ class OptimizeOptions:
     seed: int | None = 0
     show_progress: bool = True
     also_try_baseline: bool = False  # an A/A check: the baseline's config as a candidate too
+    # Re-run the baseline after every this many sampled trials (uncounted; 0: never): the
+    # search's own drift and noise (tuner.study.search.roles.DEFAULT_BASELINE_EVERY says why 5).
+    baseline_every: int = DEFAULT_BASELINE_EVERY
     # One plain line per event where output is not a terminal (tuner.study.search.progress); it
     # lives for the whole command, so its ETA spans the search and the confirmation.
     progress: ProgressLines | None = None
@@ -85,6 +102,17 @@ class OptimizeOptions:
     screening: bool | None = None
     # Search the preset's space as written (no tuner.study.preflight.sizing.workload_reductions).
     full_space: bool = False
+    # The command that resumes this run, said when Ctrl-C stops it (the CLI's own argv).
+    resume_command: str | None = None
+    # Size the workload on the study's first server (tuner.study.preflight.plan); False keeps
+    # the preset's sizing (`--no-calibrate`).
+    calibrate: bool = True
+    # Servers at once (`--slots`); None: the preset's gpu.count / tensor_parallel_size.
+    slots: int | None = None
+
+
+class StudyInterrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM stopped the study; its one line (what stopped, how to resume) is said."""
 
 
 @dataclass(frozen=True)
@@ -132,29 +160,14 @@ def open_study(preset: Preset, options: OptimizeOptions) -> optuna.Study:
     return study
 
 
-# Preset fields that decide what happens after the search, not how a trial is scored: a study
-# resumed with other values stays comparable.
-_AFTER_SEARCH = frozenset({"confirm", "load_sweep", "between_run"})
+def request_factory(
+    preset: Preset, *, model_path: str, cache_dir: Path, sizing: WorkloadSizing | None = None
+) -> RequestFactory:
+    """How the loop turns a trial and its params into a worker's `TrialRequest`.
 
-
-def same_scores(stored: dict[str, Any], preset: Preset) -> bool:
-    """Whether trials scored under the stored preset compare with trials under `preset`.
-
-    The stored JSON is validated first, so fields a newer tuner added with defaults compare
-    as their defaults (a study made before a field existed still resumes), and the fields in
-    `_AFTER_SEARCH` are left out.
+    `sizing`: the study's workload, read per trial (a pending calibration rides along until
+    the first server has chosen); None: the preset's workload.
     """
-    try:
-        old = Preset.model_validate(stored)
-    except ValueError:
-        return False
-    return old.model_dump(exclude=set(_AFTER_SEARCH)) == preset.model_dump(
-        exclude=set(_AFTER_SEARCH)
-    )
-
-
-def request_factory(preset: Preset, *, model_path: str, cache_dir: Path) -> RequestFactory:
-    """How the loop turns a trial and its params into a worker's `TrialRequest`."""
     plan = ThroughputPlan(
         streams=preset.throughput_streams,
         requests=preset.throughput_requests,
@@ -168,6 +181,8 @@ def request_factory(preset: Preset, *, model_path: str, cache_dir: Path) -> Requ
             trial.user_attrs.get(TrialAttr.SPEC_OVERRIDES) or {},
         )
         # An emulated card (gpu.emulate_memory_gib): keep both fractions beside the params.
+        if sizing is not None and sizing.pending is not None:
+            sizing.adopt_stored(trial.study)  # another driver's first server may have chosen
         emulation = preset.emulation_record(params)
         if emulation is not None:
             trial.set_user_attr(TrialAttr.GPU_EMULATION, emulation)
@@ -176,7 +191,8 @@ def request_factory(preset: Preset, *, model_path: str, cache_dir: Path) -> Requ
             trial_number=trial.number,
             params=params,
             spec=spec,
-            workload=preset.workload,
+            workload=sizing.workload if sizing is not None else preset.workload,
+            sizing=sizing.pending if sizing is not None else None,
             cache_dir=str(cache_dir),
             startup_timeout_s=preset.startup_timeout_s,
             throughput=plan,
@@ -186,11 +202,11 @@ def request_factory(preset: Preset, *, model_path: str, cache_dir: Path) -> Requ
     return make
 
 
-def _model_path(preset: Preset, cache_dir: Path) -> str:
+def _model_path(preset: Preset, cache_dir: Path, say: Callable[[str], None] | None = None) -> str:
     if preset.model.prepare:
         if preset.model.prepare not in MODEL_NAMES:
             raise ConfigError(f"preset names unknown test model {preset.model.prepare!r}")
-        return str(prepare(preset.model.prepare, cache_dir))
+        return str(prepare(preset.model.prepare, cache_dir, say=say or _stderr))
     return preset.model.checkpoint
 
 
@@ -212,12 +228,32 @@ def _check_ray_address(address: str) -> None:
         ) from None
 
 
+class _NoTokenNotice(logging.Filter):
+    """Drops Ray's notice that a new local instance turned token authentication on.
+
+    Ray (2.5x) logs it at every `ray.init()` that starts a cluster while `RAY_AUTH_MODE` is unset
+    ("Token authentication is enabled for this Ray cluster. Set RAY_AUTH_MODE=disabled to opt
+    out."): in tuner's output it reads as a problem to fix, and there is none (the private
+    instance keeps token authentication on). Setting the mode instead works only before Ray is
+    imported, which a library cannot promise; other warnings of that logger still show.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Token authentication is enabled")
+
+
+_RAY_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
+
+
 def _start_ray(address: str | None) -> Path | None:
     """Start or join Ray; the private temp dir of a local instance this call started."""
     import ray
 
     if ray.is_initialized():
         return None
+    auth_log = logging.getLogger(_RAY_AUTH_LOGGER)
+    if not any(isinstance(f, _NoTokenNotice) for f in auth_log.filters):
+        auth_log.addFilter(_NoTokenNotice())
     if address:
         _check_ray_address(address)
         ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
@@ -259,6 +295,54 @@ def _stop_loop(loop: StudyLoop) -> Callable[[int, object], None]:
     return handler
 
 
+def _say_interrupted(loop: StudyLoop, options: OptimizeOptions) -> None:
+    """The one line of a Ctrl-C: what stops, that it is re-queued, the command that resumes."""
+    trials = [
+        (n, dict(run.trial.user_attrs), describe_config_short(dict(run.trial.params)))
+        for n, run in sorted(loop.inflight.items())
+    ]
+    resume = options.resume_command or "the same command"
+    print(interrupted_line(trials, resume), file=sys.stderr, flush=True)
+
+
+def _quit_now(cache_dir: Path) -> Callable[[int, object], None]:
+    """The second Ctrl-C's handler: no waiting for trials to stop at a task boundary.
+
+    Kills the server groups this process tree started (their pid files under the cache name
+    the owner), then every process this one started (Ray's workers and daemons), removes Ray's
+    temp dir, and exits 130 at once.
+    """
+
+    def handler(_signum: int, _frame: object) -> None:
+        mine = {os.getpid(), *descendants(os.getpid())}
+        for record in live_records(cache_dir / "run"):
+            if record.owner_pid in mine:
+                kill_group(record.pgid, grace_s=0.0, since_ticks=record.start_ticks)
+        for pid in descendants(os.getpid()):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        temp = _ray_temp_dir()
+        if temp is not None:
+            shutil.rmtree(temp, ignore_errors=True)
+        os._exit(130)
+
+    return handler
+
+
+def _ray_temp_dir() -> str | None:
+    """The local Ray instance's private temp dir (`_start_ray`'s), None when there is none."""
+    try:
+        import ray._private.worker as ray_worker
+
+        node = ray_worker._global_node
+        temp = node.get_temp_dir_path() if node is not None else None
+    except Exception:  # a best effort on the way out: Ray's internals may move
+        return None
+    if temp and Path(temp).parent.name.startswith("tuner-ray-"):
+        return str(Path(temp).parent)
+    return None
+
+
 def optimize(preset: Preset, options: OptimizeOptions) -> StudySummary:
     """Run the study until this run's `n_trials` trials that started a server have finished.
 
@@ -281,23 +365,29 @@ def _run(preset: Preset, options: OptimizeOptions, *, budgeted: bool) -> StudySu
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     if options.ray_address:  # a socket connect: seconds, before the slower checks below
         _check_ray_address(options.ray_address)
-    preset, start = preflight(preset, cache_dir=options.cache_dir)  # vLLM's knobs, sizing
-    model_path = _model_path(preset, options.cache_dir)
+    # One step: vLLM's knobs, the model, the space for the workload and the workload's sizing.
+    plan = study_plan(preset, options, budgeted=budgeted)
+    preset, model_path = plan.preset, plan.model_path
     joined = options.ray_address is not None and not ray.is_initialized()
     ray_tmp = _start_ray(options.ray_address)
-    backend: RayBackend | None = None
+    backend: _Sizing | None = None
     store: Store | None = None
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     previous_int = signal.getsignal(signal.SIGINT)
     try:
         store = Store(options.storage_url)
-        store.migrate()  # tuner's tables first, before Optuna touches the database
-        quiet = None if budgeted else (lambda _line: None)  # said once, by the search
-        preset, reductions = reduce_space(preset, options, model_path, quiet)
         study = open_study(preset, options)
-        study.set_user_attr(StudyAttr.SPACE_REDUCTIONS, reductions)
-        start.record(study)
-        backend = RayBackend(slots=preset.gpu.slots, gpus_per_slot=preset.gpu.gpus_per_slot)
+        study.set_user_attr(StudyAttr.SPACE_REDUCTIONS, list(plan.reductions))
+        plan.start.record(study)
+        plan.sizing.store_decision(study)
+        backend = _Sizing(
+            RayBackend(
+                slots=options.slots or preset.gpu.slots, gpus_per_slot=preset.gpu.gpus_per_slot
+            ),
+            study,
+            plan.sizing,
+            options.progress.say if options.progress is not None else _stderr,
+        )
         display = StudyDisplay(
             total=0,
             study_name=study.study_name,
@@ -309,7 +399,9 @@ def _run(preset: Preset, options: OptimizeOptions, *, budgeted: bool) -> StudySu
             study,
             preset,
             backend,
-            request_factory(preset, model_path=model_path, cache_dir=options.cache_dir),
+            request_factory(
+                preset, model_path=model_path, cache_dir=options.cache_dir, sizing=plan.sizing
+            ),
             loop_settings(options, budgeted=budgeted, preset=preset),
             store=store,
             display=display,
@@ -320,9 +412,10 @@ def _run(preset: Preset, options: OptimizeOptions, *, budgeted: bool) -> StudySu
             with display:
                 outcome = loop.run()
         except (KeyboardInterrupt, _Interrupted):
-            signal.signal(signal.SIGINT, previous_int)
+            _say_interrupted(loop, options)
+            signal.signal(signal.SIGINT, _quit_now(options.cache_dir))
             loop.abandon()
-            raise KeyboardInterrupt() from None
+            raise StudyInterrupted() from None
     finally:
         signal.signal(signal.SIGTERM, previous)
         signal.signal(signal.SIGINT, previous_int)
@@ -353,7 +446,29 @@ def loop_settings(
         seed=options.seed,
         timeout_s=options.timeout_s,
         also_try_baseline=options.also_try_baseline and budgeted,
+        baseline_every=options.baseline_every,
         prune_rule=PruneRule(screening=ScreenRule() if screening else None),
+    )
+
+
+def study_plan(preset: Preset, options: OptimizeOptions, *, budgeted: bool = True) -> StudyPlan:
+    """The study's plan for a run of `options` (`tuner.study.preflight.plan.plan_study`).
+
+    A run of queued extras only (`budgeted=False`: confirmation, controls) says nothing about
+    the space or the sizing (the search said it) and never calibrates: it runs the study's.
+    """
+    return plan_study(
+        preset,
+        storage_url=options.storage_url,
+        study_name=options.study_name,
+        cache_dir=options.cache_dir,
+        model_path=lambda p: _model_path(
+            p, options.cache_dir, options.progress.say if options.progress is not None else None
+        ),
+        full_space=options.full_space,
+        calibrate=options.calibrate,
+        may_calibrate=budgeted,
+        quiet=not budgeted,
     )
 
 
@@ -368,36 +483,68 @@ def reduce_space(
     `--full-space` keeps the preset as written; so does a study that already searched the full
     space (its stored preset is the unreduced one), so resuming it stays comparable.
     """
-    if options.full_space:
-        return preset, []
-    reduced, cuts = workload_reductions(preset, model_config=read_model_config(model_path))
-    if not cuts:
-        return preset, []
-    stored = _stored_preset(options.storage_url, options.study_name or preset.study_name)
-    if stored is not None and same_scores(stored, preset):
-        (say or _stderr)(
-            "space: this study searched the preset's full space before; kept (a new --study "
-            "name gets the space reduced for the workload)"
-        )
-        return preset, []
-    lines = [c.line() for c in cuts]
-    for line in lines:
-        (say or _stderr)(f"{line} (--full-space searches every value)")
-    return reduced, lines
+    stored = read_stored_study(options.storage_url, options.study_name or preset.study_name)
+    return _reduce_space(
+        preset,
+        model_path=model_path,
+        full_space=options.full_space,
+        stored=stored,
+        say=say or _stderr,
+    )
 
 
 def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def _stored_preset(url: str, name: str) -> dict[str, Any] | None:
-    """The preset an existing study stored, None when there is no such study."""
-    try:
-        study = optuna.load_study(study_name=name, storage=normalize_url(url))
-    except KeyError:
-        return None
-    stored = study.user_attrs.get(StudyAttr.PRESET)
-    return stored if isinstance(stored, dict) else None
+class _Sizing:
+    """The backend, with the study's first calibration stored as soon as its trial returns.
+
+    The calibration is written (with the preset's workload replaced by the chosen one) before
+    the loop records that trial, so no trial is requested, and no driver resumes, without it.
+    """
+
+    def __init__(
+        self,
+        backend: TrialBackend,
+        study: optuna.Study,
+        sizing: WorkloadSizing,
+        say: Callable[[str], None],
+    ) -> None:
+        self._backend, self._study, self._sizing, self._say = backend, study, sizing, say
+
+    @property
+    def slots(self) -> int:
+        """The wrapped backend's."""
+        return self._backend.slots
+
+    def submit(self, slot: int, request: TrialRequest) -> None:
+        """Start `request` on the wrapped backend."""
+        self._backend.submit(slot, request)
+
+    def wait(self, timeout_s: float) -> list[Finished]:
+        """The wrapped backend's finished trials, after storing a calibration one carries."""
+        finished = self._backend.wait(timeout_s)
+        for f in finished:
+            if f.result is not None and f.result.calibration is not None:
+                self._sizing.record(self._study, f.result.calibration, self._say)
+        return finished
+
+    def progress(self) -> dict[int, Progress]:
+        """The wrapped backend's."""
+        return self._backend.progress()
+
+    def request_stop(self, trial_number: int) -> None:
+        """Ask the wrapped backend."""
+        self._backend.request_stop(trial_number)
+
+    def now(self) -> float:
+        """The wrapped backend's clock."""
+        return self._backend.now()
+
+    def close(self) -> None:
+        """Close the wrapped backend."""
+        self._backend.close()
 
 
 def apply_overrides(spec: ServerSpec, overrides: dict[str, Any]) -> ServerSpec:

@@ -12,6 +12,14 @@ becomes one flushed line:
     [0:05:31] trial 3 pruned after 5 of 12 tasks: 210 completed tasks/h so far, clearly below ...
     [0:20:10] confirmation round 1 of 3 done
 
+While a trial runs, a line at least every `TUNER_PROGRESS_INTERVAL_S` seconds (default 60)
+repeats what its worker says it is doing (`heartbeat_line`), so a log never stays silent
+through a slow server start or a long scored window:
+
+    [0:01:00] trial 0 server starting: 58 s, vLLM says: warm-up: compiling for the batch shapes
+    [0:03:00] trial 0 scoring: 61 s, 5 of 12 tasks done, 2 agents, 1,234 prompt tok/s and 41 ...
+    [0:04:00] trial 0 plain benchmark: 12 s, 1 and 8 streams
+
 The estimate at the start comes from the preset (its tasks, agents, warm-up) and a per-run cost
 measured on the reference machines (`CPU_COST`, `GPU_COST`); it is an estimate and says so. After
 the first run finishes the ETA is measured: the mean wall time of this command's finished runs.
@@ -30,16 +38,20 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner.attrs import Role, TrialAttr, is_infeasible
 from tuner.results.words import mode_line, tph_label
+from tuner.workload.reuse import reuse_suffix
 
 __all__ = [
     "CPU_COST",
     "GPU_COST",
     "ProgressLines",
     "RunCost",
+    "calibrated_run_s",
     "clock",
     "estimate_line",
     "eta_line",
     "finished_line",
+    "heartbeat_line",
+    "interrupted_line",
     "minutes",
     "ready_line",
     "run_estimate_s",
@@ -82,6 +94,20 @@ def run_estimate_s(preset: Any) -> float:
     return cost.startup_s + tasks * cost.agent_s_per_task / w.agents + cost.after_s
 
 
+def calibrated_run_s(preset: Any, calibration: Any) -> float:
+    """Seconds one trial is expected to take on this box, from the study's calibration.
+
+    Its first server's start, the chosen workload's estimated window stretched to the warm-up
+    tasks, and the plain benchmark's tokens at the decode rate measured there.
+    """
+    w = calibration.settings
+    workload = calibration.estimate_s * (w.tasks + w.warmup_tasks) / max(w.tasks, 1)
+    streams = preset.throughput_streams
+    plain = sum(max(preset.throughput_requests, n) for n in streams)
+    after = plain * preset.throughput_output_tokens / max(calibration.decode_tps, 1e-9)
+    return calibration.startup_s + workload + after
+
+
 def minutes(seconds: float) -> str:
     """A duration for a person: "45 s", "about 7 min", "about 1 h 20 min"."""
     if seconds < 90:
@@ -102,18 +128,55 @@ def _runs(n: int) -> str:
     return f"{n} server run" + ("" if n == 1 else "s")
 
 
-def estimate_line(preset: Any, trials: int, confirm_runs: int) -> str:
-    """The whole command's expected time from the preset, before anything ran."""
-    per_run = run_estimate_s(preset)
+def estimate_line(
+    preset: Any,
+    trials: int,
+    confirm_runs: int,
+    *,
+    calibration: Any = None,
+    window_s: float | None = None,
+) -> str:
+    """The whole command's expected time before anything ran in this command.
+
+    Args:
+        preset: The preset.
+        trials, confirm_runs: Server runs of the search and of the confirmation.
+        calibration: The study's calibration (`tuner.workload.calibration.Calibration`): the
+            estimate is this box's, from its first server.
+        window_s: The study is not calibrated yet and will size its workload to this window
+            on its first server: the estimate is a preset guess bounded by it.
+    """
     runs = trials + confirm_runs
     slots = max(1, preset.gpu.slots)
-    total = math.ceil(runs / slots) * per_run
     parts = [f"{trials} trials" if trials else ""]
     parts.append(f"{confirm_runs} confirmation runs" if confirm_runs else "")
     what = " + ".join(p for p in parts if p)
     at_once = f", {slots} at a time" if slots > 1 else ""
     w = preset.workload
     cost = CPU_COST if preset.gpu.cpu else GPU_COST
+    if calibration is not None:
+        per_run = calibrated_run_s(preset, calibration)
+        c = calibration
+        return (
+            f"estimate: {minutes(math.ceil(runs / slots) * per_run)} for {_runs(runs)} "
+            f"({what}{at_once}), about {per_run:.0f} s a run ({c.sizing} with {w.agents} agents,"
+            f" calibrated on this study's trial {c.trial_number}: started in {c.startup_s:.0f} s,"
+            f" prefill {c.prefill_tps:,.0f} tok/s, decode {c.decode_tps:,.1f} tok/s); the "
+            "measured ETA follows the first run"
+        )
+    if window_s is not None:
+        tasks = w.tasks + w.warmup_tasks
+        workload = min(tasks * cost.agent_s_per_task / w.agents, window_s * tasks / w.tasks)
+        per_run = cost.startup_s + workload + cost.after_s
+        return (
+            f"estimate: {minutes(math.ceil(runs / slots) * per_run)} for {_runs(runs)} "
+            f"({what}{at_once}), about {per_run:.0f} s a run (a server start and the plain "
+            f"benchmark as measured on {cost.source}, the workload at most the {window_s:.0f} s "
+            "window the first server sizes it to); an estimate from the preset, a guess until "
+            "the first server is calibrated: the measured ETA follows the first run"
+        )
+    per_run = run_estimate_s(preset)
+    total = math.ceil(runs / slots) * per_run
     return (
         f"estimate: {minutes(total)} for {_runs(runs)} ({what}{at_once}), about "
         f"{per_run:.0f} s a run ({w.tasks + w.warmup_tasks} tasks with {w.agents} agents, "
@@ -155,6 +218,8 @@ def _who(number: int, user_attrs: dict[str, Any]) -> str:
         return f"trial {number} (confirmation of #{of}{where})"
     if role in (Role.BASELINE, Role.CONTROL):
         return f"trial {number} ({role})"
+    if role == Role.BASELINE_RERUN:
+        return f"trial {number} (baseline again: drift check, not counted)"
     return f"trial {number}"
 
 
@@ -217,7 +282,41 @@ def finished_line(trial: FrozenTrial, mode: str | None, tasks_total: int | None 
     score = f"{value:,.0f} {label}{_interval(attrs)}" if value is not None else "no score"
     rung = attrs.get(TrialAttr.RUNG)
     passed = f", passed screening rung {rung}" if rung is not None else ""
-    return f"{who} scored: {score}{took}{passed}"
+    return f"{who} scored: {score}{took}{passed}{reuse_suffix(attrs)}"
+
+
+def heartbeat_line(number: int, state: str, seconds: float) -> str:
+    """A running trial's phase (the worker's words: "phase" or "phase: detail") and how long
+    it has been in that phase."""
+    phase, _, detail = state.partition(": ")
+    detail = f", {detail}" if detail else ""
+    return f"trial {number} {_phase(phase)}: {seconds:.0f} s{detail}"
+
+
+def _phase(state: str) -> str:
+    # A trial whose worker has not said anything yet is starting its server.
+    return "server starting" if state == "starting" else state
+
+
+def interrupted_line(trials: list[tuple[int, dict[str, Any], str]], resume: str) -> str:
+    """What Ctrl-C stopped (trial number, its user attributes, its config label), that it goes
+    back to the queue, and the command that resumes."""
+    if not trials:
+        what = "no trial was running"
+    else:
+        names = [f"{_who(n, attrs)} ({label})" for n, attrs, label in trials]
+        one = len(names) == 1
+        what = (
+            f"{' and '.join(names)} {'stops' if one else 'stop'} and "
+            f"{'goes' if one else 'go'} back to the queue"
+        )
+    return f"interrupted: {what}; resume with: {resume} (Ctrl-C again quits at once)"
+
+
+def _interval_s() -> float:
+    from tuner.settings import get_settings
+
+    return get_settings().progress_interval_s
 
 
 @dataclass
@@ -228,10 +327,14 @@ class ProgressLines:
     now: Callable[[], float] = time.monotonic
     later_runs: int = 0  # runs planned after the current stage (the confirmation's)
     durations: list[float] = field(default_factory=list)
+    # A running trial says what it does at least this often (TUNER_PROGRESS_INTERVAL_S).
+    interval_s: float = field(default_factory=_interval_s)
 
     def __post_init__(self) -> None:
         self._t0 = self.now()
         self._started: dict[int, float] = {}
+        self._last: dict[int, float] = {}  # when each running trial's last line was said
+        self._phases: dict[int, tuple[str, float]] = {}  # its phase and since when
 
     def say(self, text: str) -> None:
         """One line, prefixed with the time since the command started, flushed."""
@@ -239,18 +342,34 @@ class ProgressLines:
 
     def started(self, number: int, user_attrs: dict[str, Any], label: str) -> None:
         """A trial went to a worker."""
-        self._started[number] = self.now()
+        now = self.now()
+        self._started[number] = self._last[number] = now
+        self._phases[number] = ("server starting", now)
         self.say(started_line(number, user_attrs, label))
 
     def ready(self, number: int, kv_cache_tokens: int | None, startup_s: float | None) -> None:
         """A trial's server is up."""
+        self._last[number] = self.now()
         self.say(ready_line(number, kv_cache_tokens, startup_s))
+
+    def heartbeat(self, number: int, state: str) -> None:
+        """A running trial's latest state; said when `interval_s` passed since its last line."""
+        now = self.now()
+        phase = _phase(state.partition(": ")[0])
+        if self._phases.get(number, ("", 0.0))[0] != phase:
+            self._phases[number] = (phase, now)
+        if now - self._last.setdefault(number, now) < self.interval_s:
+            return
+        self._last[number] = now
+        self.say(heartbeat_line(number, state, now - self._phases[number][1]))
 
     def finished(
         self, trial: FrozenTrial, mode: str | None, tasks_total: int | None, *, counted: bool
     ) -> None:
         """A trial came back; `counted`: it was a full run (a re-queued crash is not)."""
         self.say(finished_line(trial, mode, tasks_total))
+        self._last.pop(trial.number, None)
+        self._phases.pop(trial.number, None)
         start = self._started.pop(trial.number, None)
         if counted and start is not None:
             self.durations.append(self.now() - start)

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import os
 import signal
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import optuna
 from optuna.trial import TrialState
 
 from tuner.attrs import TrialAttr
+from tuner.server.facts import HybridCache, parse_hybrid_cache
 from tuner.storage import Store, TrialMeasurements
+from tuner.workload.reuse import count_reuse
 
 if TYPE_CHECKING:
     from tuner.study.trial.evaluate import TrialResult
@@ -48,12 +51,21 @@ def measurement_attrs(result: TrialResult) -> dict[str, Any]:
         attrs[TrialAttr.FAILURE_REASON] = result.failure_reason
     if result.notes:
         attrs[TrialAttr.NOTES] = list(result.notes)
+    if result.spec.load_format == "dummy":
+        attrs[TrialAttr.DUMMY_WEIGHTS] = True
     if result.server_starts:
-        facts = result.server_starts[-1].facts
+        last = result.server_starts[-1]
+        facts = last.facts
         if facts.kv_cache_tokens is not None:
             attrs[TrialAttr.KV_CACHE_TOKENS] = facts.kv_cache_tokens
         if facts.startup_seconds is not None:
             attrs[TrialAttr.STARTUP_S] = round(facts.startup_seconds, 2)
+        hybrid = _hybrid_cache(last.log_path)
+        block = facts.block_size or hybrid.attention_block_size
+        if block is not None:
+            attrs[TrialAttr.BLOCK_SIZE] = block
+        if hybrid.mamba_cache_mode is not None:
+            attrs[TrialAttr.MAMBA_CACHE_MODE] = hybrid.mamba_cache_mode
     w = result.workload
     if w is not None:
         attrs.update(
@@ -77,9 +89,22 @@ def measurement_attrs(result: TrialResult) -> dict[str, Any]:
             attrs[TrialAttr.ENERGY_PER_TASK_J] = round(w.joules_per_task, 2)
         if result.pruned:
             attrs[TrialAttr.PRUNED_AT_TASKS] = w.tasks
+        if w.task_records:
+            attrs[TrialAttr.REUSE] = count_reuse(
+                s.reuse_class for task in w.task_records if not task.warmup for s in task.steps
+            )
     if result.probe is not None:
         attrs[TrialAttr.PROBE] = result.probe.to_json()
     return attrs
+
+
+def _hybrid_cache(log_path: str) -> HybridCache:
+    """What the server's log says of its hybrid cache; nothing when the log is not readable
+    here (a worker on another host keeps its own logs)."""
+    try:
+        return parse_hybrid_cache(Path(log_path).read_text(errors="replace"))
+    except OSError:
+        return HybridCache()
 
 
 def _test_kill_point(name: str) -> None:

@@ -5,8 +5,10 @@ A study holds two kinds of trials:
 - **sampled** roles, `baseline` and `candidate`: the search itself. The sampler learns from them,
   they count toward `--n-trials`, the pruner may stop candidates, and a candidate whose params
   repeat another sampled trial's is a duplicate.
-- **extra** roles, `control` (`tuner explain`) and `confirm` (re-runs of top candidates and the
-  baseline): measurements asked for on purpose, often with the params of another trial and a
+- **extra** roles, `control` (`tuner explain`), `confirm` (re-runs of top candidates and the
+  baseline) and `baseline_rerun` (the baseline started again during the search, every
+  `--baseline-every` sampled trials: the study's own measure of its drift and noise,
+  `rerun_due`): measurements asked for on purpose, often with the params of another trial and a
   changed server. They never reach the sampler (it samples from a view of the sampled trials
   only, see `tuner.study.search.sampling`), never count toward `--n-trials`, are never pruned and
   are never duplicate-checked.
@@ -17,7 +19,7 @@ module imports neither Ray nor the driver, so reports and `tuner explain` may us
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 import optuna
@@ -26,17 +28,35 @@ from optuna.trial import FrozenTrial, TrialState
 from tuner.attrs import Role, TrialAttr, role_from
 
 __all__ = [
+    "DEFAULT_BASELINE_EVERY",
     "EXTRA_ROLES",
     "SAMPLED_ROLES",
     "counts_toward_budget",
     "enqueue_baseline_copy",
+    "enqueue_baseline_rerun",
     "enqueue_run",
     "is_sampled",
+    "rerun_due",
     "role_of",
 ]
 
 SAMPLED_ROLES: Final = (Role.BASELINE, Role.CANDIDATE)
-EXTRA_ROLES: Final = (Role.CONTROL, Role.CONFIRM)
+EXTRA_ROLES: Final = (Role.CONTROL, Role.CONFIRM, Role.BASELINE_RERUN)
+
+# Re-run the baseline after every 5 sampled trials (`--baseline-every`). From the fitted noise
+# model (benchmarks/data/noise-model.json): the recorded sessions drift up to 0.76% a run (the
+# small grid, 95% interval to 1.35%; the large grid -0.51%) against a between-start sd of 0.046
+# (pooled over 16 df). Between two starts of the baseline a linear drift is interpolated away;
+# a trial after the last start is judged against that latest start until a later one comes
+# (the confirmation's baseline runs, at export), so during the search it carries up to K - 1
+# runs of drift: with K = 5, 4 x 0.76% = 3.0%, under one start's sd (5.4% at the interval's
+# end, about one sd), for 1 extra start in 5 (a 20-trial search: 3 re-runs, 4 baseline
+# starts, 2 df for the noise once a drift line is fitted). K = 10 leaves 6.8% (12%), more than
+# a start's sd; K = 3 costs 1 start in 3. benchmarks/search_drift_sim.py simulates a search of
+# copies at the fitted drifts (docs/decisions.md: K = 5 keeps a copy's mean |log ratio| at
+# 0.047-0.049 against 0.07-0.14 without re-runs); benchmarks/decision_sim.py simulates the
+# confirmation, not the search.
+DEFAULT_BASELINE_EVERY: Final = 5
 
 # FAIL kinds that say nothing about the config: the driver or its worker went away, or the
 # trial repeated another's params. They never count toward --n-trials.
@@ -92,6 +112,34 @@ def enqueue_baseline_copy(study: optuna.Study, params: Mapping[str, Any]) -> boo
     return True
 
 
+def rerun_due(trials: Sequence[FrozenTrial], every: int) -> bool:
+    """Whether the baseline is due to run again: `every` sampled candidates have been measured
+    (`counts_toward_budget`) since the last baseline start, and no re-run is queued or running.
+
+    Decided from the stored trials alone, so a resumed or second driver neither loses a due
+    re-run nor queues it twice (an interrupted re-run comes back queued, `requeue`, and that
+    queued copy holds the next one back). `every` <= 0: never.
+    """
+    if every <= 0:
+        return False
+    runs = [t for t in trials if role_of(t) in (Role.BASELINE, Role.BASELINE_RERUN)]
+    if not runs or any(t.state in (TrialState.WAITING, TrialState.RUNNING) for t in runs):
+        return False
+    last = max(t.number for t in runs)
+    since = sum(
+        1
+        for t in trials
+        if t.number > last and role_of(t) == Role.CANDIDATE and counts_toward_budget(t)
+    )
+    return since >= every
+
+
+def enqueue_baseline_rerun(study: optuna.Study, params: Mapping[str, Any]) -> None:
+    """Queue the baseline's config as a `baseline_rerun` (an extra run: never counted toward
+    `--n-trials`, never seen by the sampler, never duplicate-checked)."""
+    enqueue_run(study, params, role=Role.BASELINE_RERUN)
+
+
 def enqueue_run(
     study: optuna.Study,
     params: Mapping[str, Any],
@@ -105,7 +153,8 @@ def enqueue_run(
         study: The study to add it to.
         params: The Optuna params the server is built from (`Preset.server_spec`); a control's
             changes to that server go in `attrs[TrialAttr.SPEC_OVERRIDES]`.
-        role: `Role.CONTROL` or `Role.CONFIRM` (see the module docstring for what that guarantees).
+        role: `Role.CONTROL`, `Role.CONFIRM` or `Role.BASELINE_RERUN` (see the module
+            docstring for what that guarantees).
         attrs: Further user attributes (e.g. `TrialAttr.CONTROL_OF`); they are copied to a
             re-queued trial if the run is interrupted.
 

@@ -12,11 +12,16 @@ returns params; the driver enqueues them on the real study and runs them. Hence:
   among the configs not yet measured; only when none is left does `propose()` return None;
 - the sampler's seed is derived from the study seed and the number of sampled trials already
   there, so a resumed study continues the sequence instead of replaying it, and the same
-  history always gives the same next candidate.
+  history always gives the same next candidate;
+- once the search has re-run its baseline (`Role.BASELINE_RERUN`), the view's values are
+  drift-corrected (`drift_corrected_values`): a trial's tasks/h over the baseline's rate at its
+  place in the run order (`tuner.metrics.drift.baseline_at`), in the first baseline start's
+  tasks/h, so TPE does not learn the machine's drift as a config's merit.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import random
 import warnings
@@ -26,8 +31,9 @@ from typing import TYPE_CHECKING, Any, cast
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner.attrs import TrialAttr
-from tuner.study.search.roles import counts_toward_budget, is_sampled
+from tuner.attrs import Role, TrialAttr, is_feasible
+from tuner.metrics.drift import baseline_at
+from tuner.study.search.roles import counts_toward_budget, is_sampled, role_of
 from tuner.study.space import ConfigKey, config_key
 
 if TYPE_CHECKING:
@@ -36,6 +42,7 @@ if TYPE_CHECKING:
 __all__ = [
     "SamplerFactory",
     "derive_seed",
+    "drift_corrected_values",
     "enumerate_space",
     "make_sampler",
     "propose",
@@ -95,6 +102,38 @@ def taken_configs(trials: Iterable[FrozenTrial]) -> set[ConfigKey]:
         if live or counts_toward_budget(t):
             out.add(config_key(dict(t.params) or _fixed_params(t)))
     return out
+
+
+def drift_corrected_values(trials: Iterable[FrozenTrial]) -> dict[int, float]:
+    """Complete sampled trials' values corrected for the machine's drift, by trial number.
+
+    A value becomes value x first / b, where b is the baseline's tasks/h at the trial's place
+    in the run order (the order of server starts) interpolated between its starts (`baseline_at`)
+    and `first` the first baseline start's: a ratio to the drift-corrected baseline, in the
+    first start's tasks/h. Empty until the baseline has been re-run during the search (before,
+    there is nothing to interpolate: the values stand as measured).
+    """
+    started = sorted(
+        (t for t in trials if t.datetime_start is not None),
+        key=lambda t: (t.datetime_start, t.number),
+    )
+    place = {t.number: float(i) for i, t in enumerate(started)}
+    bases = [
+        (place[t.number], float(t.value))
+        for t in started
+        if role_of(t) in (Role.BASELINE, Role.BASELINE_RERUN)
+        and is_feasible(t)
+        and t.value is not None
+        and t.value > 0
+    ]
+    if not any(role_of(t) == Role.BASELINE_RERUN for t in started) or len(bases) < 2:
+        return {}
+    first = min(bases)[1]
+    return {
+        t.number: float(t.value) * first / baseline_at(place[t.number], bases).tasks_per_hour
+        for t in started
+        if is_sampled(t) and t.state == TrialState.COMPLETE and t.value is not None
+    }
 
 
 def _fixed_params(t: FrozenTrial) -> dict[str, Any]:
@@ -158,6 +197,14 @@ def enumerate_space(preset: Preset, limit: int = 100_000) -> list[dict[str, Any]
         path[-1] += 1
 
 
+def _with_value(t: FrozenTrial, value: float | None) -> FrozenTrial:
+    if value is None:
+        return t
+    out = copy.copy(t)
+    out.value = value
+    return out
+
+
 def propose(
     trials: list[FrozenTrial],
     preset: Preset,
@@ -186,6 +233,9 @@ def propose(
         if is_sampled(t) and t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
     ]
     n_sampled = sum(1 for t in trials if is_sampled(t))
+    corrected = drift_corrected_values(trials)
+    if corrected:
+        visible = [_with_value(t, corrected.get(t.number)) for t in visible]
     view = optuna.create_study(direction="maximize")
     view.add_trials(visible)
     for attempt in range(TPE_ATTEMPTS):

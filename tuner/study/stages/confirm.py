@@ -2,7 +2,8 @@
 
 A search keeps the config whose one run scored highest, and the highest of several noisy runs is
 high partly by luck (regression to the mean). Confirmation re-runs the top K candidates and the
-baseline R more times each, round by round (baseline, c1, c2, baseline, c1, c2, ...), each run a
+baseline R more times each, round by round, the order alternating (baseline, c1, c2, then c2,
+c1, baseline, ...: a linear drift of the machine cancels), each run a
 fresh server start through the same workers. The runs are trials of role "confirm"
 (`tuner.study.search.roles`): stored like trials and counted in the study's GPU time, never sampled
 from, never counted toward `--n-trials`, never pruned. `tuner export` then decides on the
@@ -19,14 +20,30 @@ against it (`tuner export` does not export it and says which start failed); a fa
 run leaves its round unpaired, so it is run again (up to `BASELINE_ATTEMPTS` starts a round),
 by this stage and by a later `tuner confirm`.
 
+Several drivers, one study: every `tuner optimize` driver of a shared study reaches this stage,
+and the stage runs once for the study, not once per driver. A driver queues the runs a round
+lacks under the study's storage lock (`tuner.storage.locks.study_lock`), so two drivers never
+queue the same (config, round); both drivers' workers take runs from the one queue; a driver
+that finds another's run of the rounds in progress waits for it instead of running it again,
+and meanwhile recovers a dead driver's runs as resume does for trials
+(`tuner.study.search.resume.recover`: failed as interrupted, re-queued, run here). Each look
+reads the rounds it is about (a round begun by a quicker driver does not count), once every
+run of them is finished, so every driver takes the same decisions on the same runs, stops
+after the same round and records the same verdicts and stop, whichever finishes last.
+
 Lifecycle of `confirm_study`:
 
 1. Load the study and its preset; store the between-run noise the verdicts use.
-2. Run the floor start (the baseline's round 0) unless it ran.
+2. Run the floor start (the baseline's round 0) unless it ran (or wait for the driver running
+   it).
 3. Judge the probe; rank the unflagged, completed, feasible candidates by search-time value.
-4. Queue the runs a previous (or interrupted) confirmation has not finished: a resumed study
-   confirms without repeating or losing runs; run the queue
-   (`tuner.study.search.driver.run_waiting`); queue a failed baseline round again and run it.
+4. Queue the runs of the first `first_look` rounds a previous (or interrupted) confirmation has
+   not finished: a resumed study confirms without repeating or losing runs; run the queue
+   (`tuner.study.search.driver.run_waiting`); queue a failed baseline round again and run it;
+   wait for other drivers' runs until no run is queued or running. Look at the verdict on
+   those rounds (`tuner.results.export.confirmation_look`): stop when a config wins at the
+   look's level, when no config can still gain 2%, or at the cap; else one more round.
+   The plan and the stop (rounds, reason) are stored on the study for the export.
 5. Judge every config and write the verdicts, the workload mode and its meaning as study user
    attributes, which optuna-dashboard shows.
 """
@@ -34,8 +51,10 @@ Lifecycle of `confirm_study`:
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -45,7 +64,11 @@ from tuner.errors import ConfigError, StudyError
 
 if TYPE_CHECKING:
     from tuner.metrics import BetweenRunNoise
+    from tuner.results.export_rule import Look
+    from tuner.results.study_reader import StudyResults
     from tuner.study.space import Preset
+
+T = TypeVar("T")
 
 __all__ = [
     "BASELINE_ATTEMPTS",
@@ -56,42 +79,58 @@ __all__ = [
     "parse_confirm",
     "plan_confirmation",
     "record_verdicts",
+    "round_order",
 ]
 
 
 @dataclass(frozen=True)
 class ConfirmPlan:
-    """Top `k` candidates and the baseline, `rounds` more runs each (k = 0: no confirmation)."""
+    """Top `k` candidates and the baseline, up to `rounds` more runs each (k = 0: no
+    confirmation). Rounds are sequential: the verdict is first looked at after `first_look`
+    rounds and after each round after it, and the stage stops as soon as it is decided
+    (`tuner.results.export_rule.next_look`); `rounds` is the cap."""
 
     k: int = 2
-    rounds: int = 2
+    rounds: int = 10
 
     @property
     def enabled(self) -> bool:
         """False when the stage is switched off (`--confirm 0`)."""
         return self.k > 0 and self.rounds > 0
 
+    @property
+    def first_look(self) -> int:
+        """Rounds before the verdict is first looked at; `rounds` is the cap."""
+        from tuner.results.export_rule import FIRST_LOOK
+
+        return min(FIRST_LOOK, self.rounds)
+
+    def looks(self) -> dict[str, int]:
+        """As stored on the study (`tuner.attrs.StudyAttr.CONFIRM_PLAN`)."""
+        return {"k": self.k, "first": self.first_look, "max": self.rounds}
+
     @classmethod
     def for_preset(cls, preset: Preset) -> ConfirmPlan:
-        """The preset's `confirm`, else the default for its hardware.
+        """The preset's `confirm`, else the default: the top 2 candidates, up to 10 rounds.
 
-        Two cores run one server at a time at about two minutes a run, so CPU presets confirm
-        one candidate, in three rounds: with two, a round spread above the recorded noise
-        leaves a t-interval of one degree of freedom that a real win rarely clears (on the
-        large grid's replay 1,3 exported a near-best config in 40% of studies at 25% of the
-        grid's cost, 1,2 in 17%; simulated false wins 2.2% against 1.5%, power 97.4% against
-        93.0%: docs/decisions.md). GPU studies afford the runner-up too.
+        The decision simulation (benchmarks/decision_sim.py, docs/decision-sim.md) drew studies
+        from the noise fitted to every recorded run: at the paired CV of 7.3% of a fresh shared
+        box one candidate confirmed in 3 fixed rounds found a true +10% in about 4 studies of
+        10, and no cap with one candidate reached 8; the runner-up's slot (the search often
+        ranks the real gain second) and sequential rounds up to 10 did, and a decided verdict
+        stops early. GPU presets borrow the CPU figures: no GPU repeat is recorded.
         """
         if preset.confirm is not None:
             return cls(preset.confirm.top_k, preset.confirm.rounds)
-        return cls(1, 3) if preset.gpu.cpu else cls(2, 2)
+        return cls(2, 10)
 
 
 DEFAULT_CONFIRM: Final = ConfirmPlan()
 
 
 def parse_confirm(text: str) -> ConfirmPlan:
-    """`K,R` (or `0` for off) from the command line.
+    """`K,MAX` (or `0` for off) from the command line: the top K candidates, up to MAX rounds
+    (rounds stop early once the verdict is decided; `K,R` as before names the same stage).
 
     Raises:
         ConfigError: not two non-negative integers.
@@ -105,8 +144,8 @@ def parse_confirm(text: str) -> ConfirmPlan:
         return ConfirmPlan(0, 0)
     if len(numbers) != 2 or min(numbers) < 0:
         raise ConfigError(
-            f"--confirm {text!r}: give K,R (top K candidates, R rounds each), e.g. 2,2, "
-            "or 0 to skip confirmation"
+            f"--confirm {text!r}: give K,R (top K candidates, up to R rounds each, stopping "
+            "once the verdict is decided), e.g. 2,10, or 0 to skip confirmation"
         )
     return ConfirmPlan(numbers[0], numbers[1])
 
@@ -118,6 +157,7 @@ class ConfirmSummary:
     configs: tuple[int, ...]  # trial numbers confirmed, the baseline first
     queued: int
     verdicts: dict[str, dict[str, Any]]
+    stopped: tuple[int, str] | None = None  # rounds run and why the stage stopped
 
 
 def _role(t: FrozenTrial) -> str:
@@ -194,12 +234,26 @@ def _enqueue(study: optuna.Study, params: dict[str, Any], attrs: dict[str, Any])
     enqueue_run(study, params, role=Role.CONFIRM, attrs=attrs)
 
 
-def queue_rounds(study: optuna.Study, configs: list[FrozenTrial], rounds: int) -> int:
-    """Queue the missing runs round by round (A B C A B C ...); returns how many were queued."""
+def round_order(configs: Sequence[T], round_: int) -> list[T]:
+    """The order of one round's runs: as given in even rounds, reversed in odd ones (A B, B A,
+    A B, ...).
+
+    A machine that drifts (every recorded session did, up or down, by about 0.5% a run:
+    benchmarks/data/noise-model.json) would otherwise favour whichever config runs second in
+    every round; alternating cancels a linear drift over each pair of rounds.
+    """
+    return list(configs) if round_ % 2 == 0 else list(reversed(configs))
+
+
+def queue_rounds(
+    study: optuna.Study, configs: list[FrozenTrial], rounds: int, *, first: int = 0
+) -> int:
+    """Queue the missing runs of rounds `first`..`rounds - 1`, round by round in
+    `round_order` (A B C, C B A, ...); returns how many were queued."""
     done = _already(study.get_trials(deepcopy=False))
     queued = 0
-    for round_ in range(rounds):
-        for t in configs:
+    for round_ in range(first, rounds):
+        for t in round_order(configs, round_):
             if (t.number, round_) in done:
                 continue
             attrs = {TrialAttr.CONFIRM_OF: t.number, TrialAttr.CONFIRM_ROUND: round_}
@@ -275,7 +329,11 @@ def _has_candidate(trials: list[FrozenTrial], base: FrozenTrial) -> bool:
     )
 
 
-def confirm_study(options: Any, plan: ConfirmPlan = DEFAULT_CONFIRM) -> ConfirmSummary:
+def confirm_study(
+    options: Any,
+    plan: ConfirmPlan = DEFAULT_CONFIRM,
+    say: Callable[[str], None] = lambda line: None,
+) -> ConfirmSummary:
     """Run (or finish) the confirmation stage of a study and record its verdicts.
 
     With `plan` off (`--confirm 0`) it still runs the floor start (the baseline's second
@@ -283,12 +341,15 @@ def confirm_study(options: Any, plan: ConfirmPlan = DEFAULT_CONFIRM) -> ConfirmS
 
     Args:
         options: `tuner.study.OptimizeOptions` naming the storage, study and cache.
-        plan: How many candidates and rounds.
+        plan: How many candidates and rounds (the cap).
+        say: Gets a progress line after each look: how many rounds ran, and whether and why
+            the stage stops.
 
     Raises:
         StudyError: no such study, or no feasible baseline to confirm against.
     """
     from tuner.storage import normalize_url
+    from tuner.storage.locks import study_lock
     from tuner.study.search.driver import run_waiting
     from tuner.study.space import Preset
 
@@ -314,6 +375,13 @@ def confirm_study(options: Any, plan: ConfirmPlan = DEFAULT_CONFIRM) -> ConfirmS
             run_waiting(preset, options)
         return optuna.load_study(study_name=options.study_name, storage=url)
 
+    def settle() -> optuna.Study:
+        return _settle(url, options.study_name, run_queue, say)
+
+    def queue(configs: list[FrozenTrial], rounds: int) -> int:
+        with study_lock(url, options.study_name, "confirm"):
+            return queue_rounds(study, configs, rounds)
+
     trials = study.get_trials(deepcopy=False)
     base = _baseline(trials)
     if base is None and plan.enabled:
@@ -323,22 +391,159 @@ def confirm_study(options: Any, plan: ConfirmPlan = DEFAULT_CONFIRM) -> ConfirmS
         )
     queued = 0
     configs: list[FrozenTrial] = []
+    stopped: tuple[int, str] | None = None
     if base is not None and _has_candidate(trials, base):
         # The floor start first: the probe's verdicts decide which candidates get the slots.
-        queued += queue_rounds(study, [base], 1)
-        study = run_queue()
+        queued += queue([base], 1)
+        study = settle()
         skip = flagged_configs(options.storage_url, study.study_name)
         configs = plan_confirmation(study.get_trials(deepcopy=False), plan.k, skip=skip)
         # The baseline alone has nothing to be paired with: re-running it would cost server
         # starts and decide nothing (a study of --n-trials 1, or one whose candidates all
         # failed or were flagged).
         if plan.enabled and len(configs) > 1:
-            # The second pass re-runs a baseline round that failed in the first.
-            for _ in range(BASELINE_ATTEMPTS):
-                more = queue_rounds(study, configs, plan.rounds)
-                if not more:
+            study.set_user_attr(StudyAttr.CONFIRM_PLAN, plan.looks())
+            # A resumed (or extended) stage first completes the rounds already begun.
+            rounds = max(plan.first_look, min(_rounds_begun(study, configs), plan.rounds))
+            while True:
+                # Until every run of the rounds is finished, by whichever driver: a later pass
+                # re-runs a baseline round that failed in an earlier one (here or elsewhere).
+                while True:
+                    more = queue(configs, rounds)
+                    queued += more
+                    if not more and not _open_runs(study.get_trials(deepcopy=False)):
+                        break
+                    study = settle()
+                look = _look(options, study.study_name, rounds, plan)
+                stop = f"stopped after {rounds} round{'s' if rounds != 1 else ''}"
+                say(f"confirmation: {stop if look.stop else 'look'}: {look.reason}")
+                if look.stop:
+                    stopped = (rounds, look.reason)
                     break
-                queued += more
-                study = run_queue()
+                rounds += 1
     verdicts = record_verdicts(study, options.storage_url)
-    return ConfirmSummary(tuple(t.number for t in configs), queued, verdicts)
+    if stopped is not None:
+        study.set_user_attr(StudyAttr.CONFIRM_STOP, {"rounds": stopped[0], "reason": stopped[1]})
+    return ConfirmSummary(tuple(t.number for t in configs), queued, verdicts, stopped)
+
+
+def _rounds_begun(study: optuna.Study, configs: list[FrozenTrial]) -> int:
+    """1 + the highest confirmation round any of `configs` has a run of (0: none)."""
+    numbers = {t.number for t in configs}
+    rounds = [
+        int(t.user_attrs[TrialAttr.CONFIRM_ROUND])
+        for t in study.get_trials(deepcopy=False)
+        if _role(t) == Role.CONFIRM and t.user_attrs.get(TrialAttr.CONFIRM_OF) in numbers
+    ]
+    return max(rounds, default=-1) + 1
+
+
+def _look(options: Any, study_name: str, rounds: int, plan: ConfirmPlan) -> Look:
+    """The verdict after `rounds` rounds: stop or one more (`tuner.results.export_rule`)."""
+    from tuner.results.export import confirmation_look
+    from tuner.results.study_reader import load_results
+
+    results = _first_rounds(load_results(options.storage_url, study_name), rounds)
+    return confirmation_look(results, rounds, plan.first_look, plan.rounds)
+
+
+def _first_rounds(results: StudyResults, rounds: int) -> StudyResults:
+    """`results` without the confirmation runs of round `rounds` and later: the look after
+    `rounds` rounds is about those rounds, even where a quicker driver has begun the next."""
+    kept = tuple(
+        t
+        for t in results.trials
+        if t.role != Role.CONFIRM or t.confirm_round is None or t.confirm_round < rounds
+    )
+    return replace(results, trials=kept)
+
+
+# How often a driver looks again at the confirmation runs another driver is running.
+WAIT_POLL_S: Final = 2.0
+
+
+def _open_runs(trials: list[FrozenTrial]) -> list[FrozenTrial]:
+    """Confirmation runs queued or running, by any driver."""
+    return [
+        t
+        for t in trials
+        if _role(t) == Role.CONFIRM and t.state in (TrialState.WAITING, TrialState.RUNNING)
+    ]
+
+
+def _settle(
+    url: str,
+    study_name: str,
+    run_queue: Callable[[], optuna.Study],
+    say: Callable[[str], None],
+    poll_s: float = WAIT_POLL_S,
+) -> optuna.Study:
+    """Run the queued runs here, then wait for the confirmation runs other drivers are
+    running, until none is queued or running; returns the study, read again.
+
+    Runs of a dead driver come back: `recover` fails them as interrupted and re-queues them
+    (a driver on this host at once, by its pid; another host's by its stale heartbeat), and
+    they run here. A RUNNING run held by this very process is one nothing runs any more (its
+    loop has returned), so it is re-queued too.
+    """
+    from tuner.storage import Store
+    from tuner.study.search.resume import (
+        heartbeat_storage,
+        mark_interrupted,
+        recover,
+        this_driver,
+    )
+
+    me = this_driver()
+    said: tuple[int, ...] = ()
+    watcher: optuna.Study | None = None
+    store: Store | None = None
+    try:
+        while True:
+            study = run_queue()
+            running = [
+                t for t in _open_runs(study.get_trials(deepcopy=False))
+                if t.state == TrialState.RUNNING
+            ]  # fmt: skip
+            if not running:
+                if not study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+                    return study
+                continue
+            if watcher is None or store is None:
+                # Heartbeats on, so the stale trials of another host's dead driver are seen.
+                watcher = optuna.load_study(study_name=study_name, storage=heartbeat_storage(url))
+                store = Store(url)
+            for t in running:
+                if t.user_attrs.get(TrialAttr.DRIVER) == me:
+                    mark_interrupted(
+                        watcher, t.number, "the driver stopped before this trial finished"
+                    )
+            numbers = tuple(t.number for t in running)
+            if numbers != said:
+                said = numbers
+                holders = sorted(
+                    {
+                        str((t.user_attrs.get(TrialAttr.DRIVER) or {}).get("pid", "?"))
+                        for t in running
+                    }
+                )
+                say(
+                    f"confirmation: waiting for {_runs(running)} of another driver "
+                    f"(pid {', '.join(holders)}); each is run once for the study"
+                )
+            time.sleep(poll_s)
+            recover(watcher, store)
+    finally:
+        if store is not None:
+            store.close()
+
+
+def _runs(trials: list[FrozenTrial]) -> str:
+    """E.g. "run #7 (confirmation of #2, round 1)", rounds counted from 1 as the progress
+    lines count them, or "runs #7, #8"."""
+    if len(trials) == 1:
+        t = trials[0]
+        of = t.user_attrs.get(TrialAttr.CONFIRM_OF)
+        round_ = int(t.user_attrs.get(TrialAttr.CONFIRM_ROUND, 0)) + 1
+        return f"run #{t.number} (confirmation of #{of}, round {round_})"
+    return "runs " + ", ".join(f"#{t.number}" for t in trials)

@@ -4,9 +4,16 @@ The published study's controls, run automatically as extra trials of the same st
 `Role.CONTROL`, never exported, not counted in the trial budget):
 
 - **kv_cut**: the baseline (no speculation) with its KV cache cut to the candidate's size. The
-  tasks/h it loses against the baseline is what the smaller KV cache alone explains.
+  tasks/h it loses against the baseline is what the smaller KV cache alone explains. With a
+  `num_gpu_blocks_override` the block count is computed from the tokens per block the
+  baseline's own start reported (KV tokens / GPU blocks), so the cut holds the candidate's KV
+  tokens to within `KV_MATCH` even where the two use different blocks (a hybrid's attention
+  block is 400 tokens without MTP and 416 with it on the 27B shape); the table says how close
+  it came.
 - **no_block_drop**: for EAGLE/MTP-style drafters, the candidate with
-  `disable_eagle_block_drop`, which keeps the last cache block that those drafters drop.
+  `disable_eagle_block_drop`, which keeps the last cache block that those drafters drop. A
+  vLLM without that knob (0.26) cannot run it: explain says so, and the loss memory does not
+  explain stays reuse and drafting together.
 
 Controls already measured (same candidate and kind, or a trial with exactly the control's
 parameters) are reused instead of run again.
@@ -22,15 +29,22 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner.attrs import ControlKind, Role, StudyAttr, TrialAttr, is_feasible
 from tuner.errors import StudyError
+from tuner.records import StartupFacts
 from tuner.results.attribution import Attribution, attribute
 from tuner.server import EAGLE_STYLE
 from tuner.storage import Store
+from tuner.workload.reuse import count_reuse, three_way
+
+# The KV-cut control should hold the candidate's KV tokens to within this fraction.
+KV_MATCH = 0.02
 
 __all__ = [
+    "KV_MATCH",
     "ControlPlan",
     "ExplainRow",
     "Explanation",
     "choose_candidate",
+    "cut_blocks",
     "enqueue_controls",
     "explain",
     "explain_rows",
@@ -61,6 +75,11 @@ class ExplainRow:
     reused_all: float | None
     reused_one_block_short: float | None
     reused_nothing: float | None
+    # One block short or more (one_block_short + partial): the published table's "short".
+    reused_short: float | None = None
+    reuse_steps: int | None = None  # scored steps counted (first steps of tasks left out)
+    preemptions: int | None = None
+    block_size: int | None = None
 
 
 def _baseline(study: optuna.Study) -> FrozenTrial:
@@ -195,21 +214,47 @@ def enqueue_controls(study: optuna.Study, candidate: FrozenTrial, plans: list[Co
     return queued
 
 
-def _reuse_fractions(store: Store, study_name: str, number: int) -> tuple[float | None, ...]:
+def cut_blocks(base: StartupFacts | None, candidate: StartupFacts | None) -> int | None:
+    """GPU blocks that give the baseline the candidate's KV cache tokens.
+
+    The tokens one block holds come from the baseline's own start (its KV tokens over its GPU
+    blocks), not from the candidate's block count: on a hybrid the two use different attention
+    blocks. On the H200 study of the 27B shape the baseline held 50,546 tokens in 145 blocks
+    and MTP 34,105 in 102: MTP's count would have given the baseline 4.3% more tokens than
+    MTP, the baseline's own tokens per block give 98 blocks, 0.2% more. None: a start did not
+    report what the arithmetic needs.
+    """
+    if base is None or candidate is None:
+        return None
+    if not base.kv_cache_tokens or not base.num_gpu_blocks or not candidate.kv_cache_tokens:
+        return None
+    per_block = base.kv_cache_tokens / base.num_gpu_blocks
+    return max(1, round(candidate.kv_cache_tokens / per_block))
+
+
+def _last_facts(store: Store, study_name: str, number: int) -> StartupFacts | None:
+    starts = store.server_starts(study_name, number)
+    return starts[-1].record.facts if starts else None
+
+
+def _reuse_fractions(
+    store: Store, study_name: str, number: int
+) -> tuple[tuple[float | None, ...], int]:
+    """(all, one block short, short, none) shares of the scored steps, and how many steps."""
     runs = store.workload_runs(study_name, number, with_tasks=True)
     if not runs:
-        return (None, None, None)
-    steps = [
+        return (None, None, None, None), 0
+    counts = count_reuse(
         s.reuse_class
         for task in runs[-1].record.task_records
         if not task.warmup
         for s in task.steps
-        if s.reuse_class != "first"
-    ]
-    if not steps:
-        return (None, None, None)
-    n = len(steps)
-    return tuple(steps.count(c) / n for c in ("all", "one_block_short", "none"))
+    )
+    n = sum(counts.values())
+    if not n:
+        return (None, None, None, None), 0
+    all_, short, none = three_way(counts)
+    return (all_ / n, counts["one_block_short"] / n, short / n, none / n), n
 
 
 def explain_rows(
@@ -222,9 +267,8 @@ def explain_rows(
         if not runs:
             raise StudyError(f"trial {t.number} has no stored workload run")
         w = runs[-1].record
-        starts = store.server_starts(study.study_name, t.number)
-        kv = starts[-1].record.facts.kv_cache_tokens if starts else None
-        all_, short, none = _reuse_fractions(store, study.study_name, t.number)
+        facts = _last_facts(store, study.study_name, t.number)
+        (all_, one_short, short, none), steps = _reuse_fractions(store, study.study_name, t.number)
         out.append(
             ExplainRow(
                 label=label,
@@ -232,10 +276,14 @@ def explain_rows(
                 tasks_per_hour=w.tasks_per_hour,
                 tasks_per_hour_low=w.tasks_per_hour_low,
                 tasks_per_hour_high=w.tasks_per_hour_high,
-                kv_cache_tokens=kv,
+                kv_cache_tokens=facts.kv_cache_tokens if facts else None,
                 reused_all=all_,
-                reused_one_block_short=short,
+                reused_one_block_short=one_short,
                 reused_nothing=none,
+                reused_short=short,
+                reuse_steps=steps or None,
+                preemptions=w.preemptions,
+                block_size=facts.block_size if facts else None,
             )
         )
     return out
@@ -251,6 +299,9 @@ class Explanation:
     attribution: Attribution
     controls_run: int
     block_kept: ExplainRow | None = None  # the no_block_drop control's row, when it ran
+    # The KV-cut control's KV tokens against the candidate's, minus 1 (None: not reported).
+    kv_cut_mismatch: float | None = None
+    notes: tuple[str, ...] = ()  # what could not be run or measured, one line each
 
     def sentence(self) -> str:
         """The one-line answer, with the block-drop control's effect when it was measured."""
@@ -259,6 +310,43 @@ class Explanation:
             gain = self.block_kept.tasks_per_hour - self.attribution.candidate
             text += f"; keeping the last cache block changes the candidate by {gain:+.0f} tasks/h"
         return text
+
+    def split(self) -> str:
+        """The loss in two parts: memory's, and what is left to reuse and drafting."""
+        a = self.attribution
+        if a.lost <= 0:
+            return "no loss to split"
+        memory = max(0.0, min(a.explained_by_memory, a.lost))
+        rest = a.lost - memory
+        return (
+            f"of the {a.lost:,.0f} tasks/h lost, memory explains {memory:,.0f} "
+            f"({memory / a.lost:.0%}) and {rest:,.0f} ({rest / a.lost:.0%}) is left to cache "
+            "reuse and drafting"
+        )
+
+
+def _notes(study: optuna.Study, candidate: FrozenTrial, mismatch: float | None) -> tuple[str, ...]:
+    notes = []
+    if mismatch is None:
+        notes.append("the KV-cut control's KV cache size was not reported: the cut is unchecked")
+    elif abs(mismatch) > KV_MATCH:
+        notes.append(
+            f"the KV-cut control holds {mismatch:+.1%} KV tokens against the candidate's (more "
+            f"than {KV_MATCH:.0%} off): memory's share is approximate"
+        )
+    lacks = study.user_attrs.get(StudyAttr.VLLM_LACKS) or []
+    if candidate.params.get("method") in EAGLE_STYLE and "disable_eagle_block_drop" in lacks:
+        version = study.user_attrs.get(StudyAttr.VLLM_VERSION) or "installed"
+        notes.append(
+            f"vLLM {version} has no disable_eagle_block_drop: the keep-last-block control "
+            "cannot run here, so cache reuse and drafting are not told apart"
+        )
+    if candidate.user_attrs.get(TrialAttr.DUMMY_WEIGHTS):
+        notes.append(
+            "dummy weights: acceptance is not measured; this split is about memory and reuse, "
+            "not about which method to deploy"
+        )
+    return tuple(notes)
 
 
 def explain(options: Any, trial_number: int | None = None) -> Explanation:
@@ -295,8 +383,12 @@ def explain(options: Any, trial_number: int | None = None) -> Explanation:
             if preset.space.kv_cache_memory_bytes is not None
             else "num_gpu_blocks_override"
         )
-        starts = store.server_starts(study.study_name, candidate.number)
-        blocks = starts[-1].record.facts.num_gpu_blocks if starts else None
+        cand_facts = _last_facts(store, study.study_name, candidate.number)
+        blocks = cut_blocks(
+            _last_facts(store, study.study_name, _baseline(study).number), cand_facts
+        )
+        if blocks is None and cand_facts is not None:
+            blocks = cand_facts.num_gpu_blocks  # the candidate's own count: close, not exact
         plans = plan_controls(study, candidate, knob, blocks)
         queued = enqueue_controls(study, candidate, plans)
         if queued or study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
@@ -330,6 +422,11 @@ def explain(options: Any, trial_number: int | None = None) -> Explanation:
         # The table's rows: baseline, candidate, then one per plan, in the plans' order.
         controls = {plan.kind: row for plan, row in zip(plans, table[2:], strict=True)}
         kv = controls[ControlKind.KV_CUT]
+        mismatch = (
+            kv.kv_cache_tokens / table[1].kv_cache_tokens - 1
+            if kv.kv_cache_tokens and table[1].kv_cache_tokens
+            else None
+        )
         return Explanation(
             study_name=study.study_name,
             candidate=candidate.number,
@@ -345,6 +442,8 @@ def explain(options: Any, trial_number: int | None = None) -> Explanation:
             ),
             controls_run=queued,
             block_kept=controls.get(ControlKind.NO_BLOCK_DROP),
+            kv_cut_mismatch=mismatch,
+            notes=_notes(study, candidate, mismatch),
         )
     finally:
         store.close()

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -29,6 +29,8 @@ from tuner.attrs import Role, TrialAttr, is_feasible, role_from
 from tuner.errors import StudyError, TunerError
 from tuner.models import MODEL_NAMES, prepare
 from tuner.records import WorkloadRecord
+from tuner.results import load_results
+from tuner.results.decision import study_noise
 from tuner.results.load_sweep import SWEEP_ATTR, LoadPoint, LoadSweep, SweptConfig, sweep_from_attrs
 from tuner.server import Launcher, ServerSpec, SpeculativeSpec
 from tuner.server.failures import StartupFailed
@@ -302,9 +304,12 @@ def run_sweep(
     agents = tuple(sorted(set(options.agents or default_agents(preset))))
     tasks = options.tasks or preset.workload.tasks
     previous = sweep_from_attrs(study.user_attrs)
-    sweep = LoadSweep(agents, preset.workload.agents, preset.workload.mode, tasks)
+    # Each load is one run per config, so its verdicts rest on the between-run noise: the
+    # study's (its recorded prior updated by its own baseline starts), as its export uses.
+    noise = study_noise(load_results(options.storage_url, options.study_name))
+    sweep = LoadSweep(agents, preset.workload.agents, preset.workload.mode, tasks, noise=noise)
     if previous is not None and previous.agents == agents and previous.tasks == tasks:
-        sweep = previous  # resume: same loads, same task count
+        sweep = replace(previous, noise=noise)  # resume: same loads, same task count
     finalists = choose_finalists(study.get_trials(deepcopy=False), options.top)
     store = Store(options.storage_url)
     ran = 0

@@ -15,7 +15,8 @@ The protocol, as the loop uses it:
 2. `submit(slot, request)`: start a trial on an idle slot; returns at once.
 3. `wait(timeout_s)`: block until at least one trial has finished or `timeout_s` of backend
    time has passed, and return the finished ones (`Finished`: the `TrialResult`, or a one-line
-   `crash` when the worker itself died; the loop re-queues a crashed trial once). A simulated
+   `crash` when the worker itself died; the loop re-queues a crashed trial once, and a trial
+   whose node was lost every time, as interrupted). A simulated
    backend may return at its next event instead (a task finished), advancing its clock.
 4. `progress()`: a snapshot of every running trial (`Progress`: its phase and, once the scored
    tasks run, tasks done/total, successes and elapsed seconds). The loop reports it to Optuna
@@ -23,8 +24,10 @@ The protocol, as the loop uses it:
 5. `request_stop(trial_number)`: ask a running trial to stop at its next task boundary (the
    pruner decided, or the user pressed Ctrl-C); its result then comes back through `wait()`
    with `TrialResult.pruned` set and the tasks it finished.
-6. `now()`: the backend's clock in seconds (monotonic); the loop's `--timeout` uses it.
-7. `close()`: stop everything; no server outlives it.
+6. `ready(slot)` (optional; True when absent): whether the slot can take a trial now. A Ray
+   slot whose node was lost waits for its replacement worker to be placed somewhere.
+7. `now()`: the backend's clock in seconds (monotonic); the loop's `--timeout` uses it.
+8. `close()`: stop everything; no server outlives it.
 """
 
 from __future__ import annotations
@@ -60,6 +63,11 @@ class Finished:
     trial_number: int
     result: TrialResult | None
     crash: str | None = None  # one line, when the worker process died
+    # The Ray node that ran it (None where the backend has no nodes, e.g. a simulation).
+    node_id: str | None = None
+    # The worker died because its whole node was lost (not the config's doing): the loop
+    # records the trial interrupted and queues it again, like a killed driver's.
+    node_lost: bool = False
 
 
 class TrialBackend(Protocol):

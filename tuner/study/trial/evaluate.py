@@ -22,7 +22,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ from tuner.workload import (
     run_throughput_sync,
     run_workload_sync,
 )
+from tuner.workload.calibration import Calibration, SizingPlan, measure_speeds
 from tuner.workload.correctness_probe import ProbeResult, try_probe
 
 __all__ = ["ThroughputPlan", "TrialRequest", "TrialResult", "evaluate"]
@@ -70,6 +71,9 @@ class TrialRequest:
     throughput: ThroughputPlan = field(default_factory=ThroughputPlan)
     tokenizer: str | None = None
     gpu_ids: tuple[int, ...] = ()
+    # The study's sizing is not chosen yet: measure this server's speeds once it is ready and
+    # run the scored workload at the size they pick (tuner.workload.calibration).
+    sizing: SizingPlan | None = None
 
 
 @dataclass(frozen=True)
@@ -93,6 +97,8 @@ class TrialResult:
     throughput_s: float = 0.0
     probe: ProbeResult | None = None  # greedy answers to the correctness probe
     notes: tuple[str, ...] = ()  # errors after the workload finished; the score stands
+    calibration: Calibration | None = None  # the sizing this trial chose (request.sizing)
+    node_id: str | None = None  # the Ray node that ran it (set by the Ray worker)
 
 
 StateCallback = Callable[[str], None]
@@ -124,10 +130,18 @@ def evaluate(
     starts: list[ServerStartRecord] = []
     _preload_tokenizer(request.tokenizer)
     for attempt in range(2):
-        on_state("starting" if attempt == 0 else "restarting (clamped max_num_seqs)")
+        starting = "server starting" if attempt == 0 else "server restarting (clamped max_num_seqs)"
+        on_state(starting)
         launch_t0 = time.monotonic()
+
+        def waiting(_s: float, phase: str | None, starting: str = starting) -> None:
+            # The state is what the progress lines repeat: the log's last start-up phase.
+            on_state(f"{starting}: vLLM says: {phase}" if phase else starting)
+
         try:
-            handle = launcher.launch(spec, timeout_s=request.startup_timeout_s, attempt=attempt)
+            handle = launcher.launch(
+                spec, timeout_s=request.startup_timeout_s, attempt=attempt, on_wait=waiting
+            )
         except StartupFailed as exc:
             failure = exc.failure
             starts.append(failure.record())
@@ -194,11 +208,28 @@ def _measure(
             asked_to_stop[0] = True
         return asked_to_stop[0]
 
+    calibration: Calibration | None = None
     try:
         with handle:
+            if request.sizing is not None:
+                on_state("calibrating")
+                try:
+                    speeds = measure_speeds(
+                        handle.base_url, spec.served_model_name or spec.model,
+                        streams=request.workload.agents,
+                    )  # fmt: skip
+                    calibration = request.sizing.calibrate(speeds, request.trial_number, startup_s)
+                    request = replace(request, workload=calibration.settings)
+                    planned[0] = request.workload.tasks
+                except TunerError as exc:
+                    failure_kind, failure_reason, infeasible = _unless_died(
+                        handle, 0, "workload_failed", f"the calibration probe failed: {exc}", False
+                    )
             on_state("workload")
             w0 = time.monotonic()
             try:
+                if failure_kind is not None:
+                    raise _Skip()
                 workload = run_workload_sync(
                     handle.base_url,
                     spec.served_model_name or spec.model,
@@ -208,7 +239,10 @@ def _measure(
                     on_progress=progress,
                     should_stop=stop,
                     energy=energy_meter_for(request.gpu_ids),
+                    on_activity=on_state,
                 )
+            except _Skip:
+                pass
             except AcceptanceCollapsed as exc:
                 # Drafting on, accepting nothing: a broken config here, never a slow one.
                 failure_kind, failure_reason, infeasible = _unless_died(
@@ -258,11 +292,13 @@ def _measure(
                     )  # fmt: skip
                     workload = None
             if workload is not None and not stopped_early:
+                on_state("correctness probe")
                 probe = try_probe(
                     handle.base_url, spec.served_model_name or spec.model, request.workload
                 )
             if workload is not None and not stopped_early and request.throughput.streams:
-                on_state("throughput")
+                streams = " and ".join(str(n) for n in request.throughput.streams)
+                on_state(f"plain benchmark: {streams} streams")
                 t1 = time.monotonic()
                 try:
                     throughput = _throughput(handle.base_url, spec, request.throughput)
@@ -294,7 +330,12 @@ def _measure(
         throughput_s=throughput_s,
         notes=tuple(notes),
         probe=probe,
+        calibration=calibration,
     )
+
+
+class _Skip(Exception):
+    """The calibration probe failed: no workload on this server."""
 
 
 # A server whose engine died answers HTTP 500 for a moment before its API server exits.

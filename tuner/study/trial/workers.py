@@ -4,6 +4,19 @@ Workers evaluate candidates and return frozen `TrialResult`s; they never touch t
 The hub is how the driver hears progress (for pruning and the display) and how it asks a
 worker to stop a losing trial early. `RayBackend` wraps both as the study loop's
 `tuner.study.trial.backend.TrialBackend`.
+
+Placement follows the hardware, wherever a node is: a slot of a GPU preset reserves
+`gpus_per_slot` of Ray's GPUs (one node's, so a tensor-parallel server never spans nodes); a
+slot of a CPU preset reserves one `CPU_SLOT_RESOURCE` where the cluster offers that resource
+(an operator starts each CPU box with `ray start ... --resources '{"tuner_cpu_slot": 1}'`:
+one CPU server per box), and nothing on a local instance, which is this one box. The hub stays
+on the driver's node, so losing another node never takes the driver's progress with it.
+
+A lost node (its raylet killed, the machine gone) kills the worker with its trial; the driver
+asks Ray's GCS whether the worker's node is still alive (`NODE_DEATH_WAIT_S`) and returns the
+trial as `node_lost`, which the loop records interrupted and queues again. The slot's new
+worker may have nowhere to go until a node rejoins: `ready(slot)` says so, and the loop uses
+the other slots meanwhile.
 """
 
 from __future__ import annotations
@@ -14,12 +27,31 @@ from dataclasses import asdict, replace
 from typing import Any
 
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from tuner.study.trial.backend import Finished, Progress
 from tuner.study.trial.evaluate import TrialRequest, TrialResult, evaluate
 from tuner.workload import RunProgress
 
-__all__ = ["ProgressHub", "RayBackend", "TrialWorker", "start_workers"]
+__all__ = [
+    "CPU_SLOT_RESOURCE",
+    "NODE_DEATH_WAIT_S",
+    "ProgressHub",
+    "RayBackend",
+    "TrialWorker",
+    "start_workers",
+]
+
+# The custom Ray resource a node offers per CPU server it can host (one per box: a CPU vLLM
+# server takes every core).
+CPU_SLOT_RESOURCE = "tuner_cpu_slot"
+# How long a dead worker's node may still look alive to the GCS: its health check fails a node
+# after a few missed beats (Ray's defaults: 5 of 3 s), and the worker's death reaches the
+# driver first. A worker that crashed on a live node costs this wait once.
+NODE_DEATH_WAIT_S = 30.0
+# How long a study's start waits for its workers to be placed (the slot check has made sure
+# the cluster offers them; a worker process starts in seconds).
+PLACEMENT_WAIT_S = 120.0
 
 
 @ray.remote(num_cpus=0)
@@ -65,6 +97,10 @@ class _TrialWorker:
     def __init__(self, hub: Any) -> None:
         self._hub = hub
 
+    def node_id(self) -> str:
+        """The Ray node this worker was placed on (hex); answering also means it is placed."""
+        return str(ray.get_runtime_context().get_node_id())
+
     def run(self, request: TrialRequest) -> TrialResult:
         n = request.trial_number
         hub = self._hub
@@ -89,13 +125,14 @@ class _TrialWorker:
             hub.report.remote(n, asdict(progress))
 
         try:
-            return evaluate(
+            result = evaluate(
                 request,
                 on_state=lambda s: hub.set_state.remote(n, s),
                 on_progress=on_progress,
                 should_stop=stop.is_set,
                 on_ready=lambda kv, s: hub.set_ready.remote(n, kv, s),
             )
+            return replace(result, node_id=self.node_id())
         finally:
             done.set()
 
@@ -111,12 +148,40 @@ def _with_gpus(request: TrialRequest, gpu_ids: tuple[int, ...]) -> TrialRequest:
 TrialWorker = ray.remote(_TrialWorker)
 
 
-def start_workers(hub: Any, *, slots: int, gpus_per_slot: int) -> list[Any]:
-    """One actor per slot; on CPU presets the slots reserve no GPU."""
-    options: dict[str, Any] = {"num_cpus": 0, "max_concurrency": 1}
+def slot_resources(gpus_per_slot: int) -> dict[str, Any]:
+    """What one slot's actor reserves (see the module docstring)."""
+    options: dict[str, Any] = {"num_cpus": 0}
     if gpus_per_slot > 0:
         options["num_gpus"] = gpus_per_slot
+    elif CPU_SLOT_RESOURCE in ray.cluster_resources():
+        options["resources"] = {CPU_SLOT_RESOURCE: 1}
+    return options
+
+
+def start_workers(hub: Any, *, slots: int, gpus_per_slot: int) -> list[Any]:
+    """One actor per slot, each reserving one slot's hardware (`slot_resources`)."""
+    options = {**slot_resources(gpus_per_slot), "max_concurrency": 1}
     return [TrialWorker.options(**options).remote(hub) for _ in range(slots)]
+
+
+def _driver_node() -> NodeAffinitySchedulingStrategy:
+    return NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+
+
+def _node_alive(node_id: str) -> bool:
+    return any(n["NodeID"] == node_id and n["Alive"] for n in ray.nodes())
+
+
+def _node_lost(node_id: str | None) -> bool:
+    """Whether the GCS declares `node_id` dead within `NODE_DEATH_WAIT_S`."""
+    if node_id is None:
+        return False
+    deadline = time.monotonic() + NODE_DEATH_WAIT_S
+    while _node_alive(node_id):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(1.0)
+    return True
 
 
 class RayBackend:
@@ -124,14 +189,36 @@ class RayBackend:
 
     def __init__(self, *, slots: int, gpus_per_slot: int) -> None:
         self._gpus = gpus_per_slot
-        self._hub = ProgressHub.remote()  # type: ignore[attr-defined]
+        # On the driver's node: a lost worker node must not take the progress relay with it.
+        self._hub = ProgressHub.options(scheduling_strategy=_driver_node()).remote()  # type: ignore[attr-defined]
         self._workers = start_workers(self._hub, slots=slots, gpus_per_slot=gpus_per_slot)
+        # Each worker's node, asked once: the answer comes when the actor is placed.
+        self._node_refs = [w.node_id.remote() for w in self._workers]
+        self._nodes: list[str | None] = [None] * slots
+        # The first placement takes a moment (a worker process starts on its node); the
+        # loop starts trials on ready slots only, so wait for it here.
+        ray.wait(self._node_refs, num_returns=slots, timeout=PLACEMENT_WAIT_S)
         self._inflight: dict[Any, tuple[int, int]] = {}  # ref -> (slot, trial number)
 
     @property
     def slots(self) -> int:
         """One per worker actor."""
         return len(self._workers)
+
+    def ready(self, slot: int) -> bool:
+        """Whether the slot's worker is placed on a node (a lost node's replacement may wait)."""
+        return self._node_of(slot, timeout=0) is not None
+
+    def _node_of(self, slot: int, *, timeout: float) -> str | None:
+        if self._nodes[slot] is None:
+            ref = self._node_refs[slot]
+            done, _ = ray.wait([ref], timeout=timeout)
+            if done:
+                try:
+                    self._nodes[slot] = ray.get(ref)
+                except ray.exceptions.RayError:
+                    return None  # it died before it answered; `_collect` replaces it
+        return self._nodes[slot]
 
     def submit(self, slot: int, request: TrialRequest) -> None:
         """Run `request` on the slot's actor."""
@@ -151,14 +238,21 @@ class RayBackend:
     def _collect(self, ref: Any) -> Finished:
         slot, number = self._inflight.pop(ref)
         self._hub.forget.remote(number)
+        node = self._node_of(slot, timeout=0)
         try:
             result: TrialResult = ray.get(ref)
         except ray.exceptions.RayError as exc:
-            # The actor died with its trial (killed, out of memory): a fresh one takes the slot.
+            # The actor died with its trial (killed, out of memory, its node lost): a fresh one
+            # takes the slot, wherever Ray finds the slot's hardware free.
+            lost = _node_lost(node)
             self._workers[slot] = start_workers(self._hub, slots=1, gpus_per_slot=self._gpus)[0]
-            line = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:500]
-            return Finished(slot, number, None, crash=line)
-        return Finished(slot, number, result)
+            self._node_refs[slot] = self._workers[slot].node_id.remote()
+            self._nodes[slot] = None
+            line = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+            if lost:
+                line = f"Ray node {node} was lost while it ran this trial ({line})"
+            return Finished(slot, number, None, crash=line, node_id=node, node_lost=lost)
+        return Finished(slot, number, result, node_id=result.node_id or node)
 
     def progress(self) -> dict[int, Progress]:
         """The hub's latest snapshot."""

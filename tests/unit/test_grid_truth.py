@@ -1,0 +1,183 @@
+"""The grid's truth (benchmarks/grid_truth.py) and the re-record plan (benchmarks/_rerecord.py).
+
+The fit is checked on runs drawn from a known model laid out like the real recording (the 2 GB
+half first, drift, a few repeats): the known effects must fall in the fit's intervals, and the
+known best config must lead the ranking. The re-record plan and its ratios are checked on runs
+whose truth is known; its loop runs with a stand-in evaluator (no model or vLLM here).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+sys.path.insert(0, str(BENCH))
+
+import _rerecord  # noqa: E402
+import grid_truth  # noqa: E402
+import record_grid  # noqa: E402
+from _grid_replay import LARGE_DATA, GridTable  # noqa: E402
+
+from tuner.study.space import config_key  # noqa: E402
+
+TABLE = GridTable.load(LARGE_DATA)
+CONFIGS = [TABLE.configs[k].params for k in TABLE.order]
+TRUTH_FILE = grid_truth.truth_path(LARGE_DATA)
+
+
+def _known_mu(p: dict) -> float:
+    """A known truth: speculation helps with depth, lookup 1 most, the big KV cache +4%."""
+    mu = math.log(1000.0)
+    if p["method"] != "none":
+        mu += 0.1 * p["num_speculative_tokens"] + 0.05 * (p["prompt_lookup_min"] == 1)
+    mu += 0.04 * (p["kv_cache_memory_bytes"] == 2_000_000_000)
+    return mu
+
+
+def _synthetic_grid(tmp_path: Path, seed: int) -> Path:
+    """Runs of every config (2 GB half first, as recorded) plus repeats at the end, with a
+    -10%/h drift and 6% run noise, in the recorder's file format."""
+    rng = random.Random(seed)
+    data = json.loads(LARGE_DATA.read_text())
+    order = sorted(CONFIGS, key=lambda p: -p["kv_cache_memory_bytes"])
+    order += [CONFIGS[0], CONFIGS[5], CONFIGS[17], CONFIGS[40]] * 2
+    runs = []
+    for i, p in enumerate(order):
+        minutes = 2 * i
+        y = _known_mu(p) - 0.10 * minutes / 60 + rng.gauss(0, 0.06)
+        stamp = f"2026-12-01T{20 + minutes // 60:02d}:{minutes % 60:02d}:00Z"
+        runs.append({**data["runs"][0], "params": p, "tasks_per_hour": math.exp(y),
+                     "recorded_at": stamp})  # fmt: skip
+    data["runs"] = runs
+    path = tmp_path / "grid-synthetic.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_the_fit_recovers_a_known_truth_within_its_intervals(tmp_path: Path) -> None:
+    path = _synthetic_grid(tmp_path, seed=3)
+    doc = grid_truth.build([path], draws=1000, keep=200)
+    params = doc["model"]["parameters"]
+    lo, hi = params["KV high"]["interval"]
+    assert lo <= 0.04 <= hi
+    drift = next(e for name, e in params.items() if name.startswith("drift/h "))
+    assert drift["interval"][0] <= -0.10 <= drift["interval"][1]
+    best = max(CONFIGS, key=_known_mu)
+    ranked = [c["key"] for c in doc["configs"]]
+    # Depth 4, lookup 1, 2 GB: two configs (max_num_seqs 2 and 8) share the best truth.
+    assert ranked.index(config_key(best)) < 2
+    assert sum(c["p_best"] for c in doc["configs"]) == pytest.approx(1.0, abs=1e-6)
+
+
+def test_the_truth_file_names_every_run_s_machine_and_holds_the_draws() -> None:
+    doc = json.loads(TRUTH_FILE.read_text())
+    assert doc["runs"] and all(r["machine"] and r["sitting"] for r in doc["runs"])
+    assert len({r["sitting"] for r in doc["runs"]}) == len(doc["data"])
+    keys, mu = grid_truth.load_draws(TRUTH_FILE)
+    assert set(keys) == set(TABLE.configs) and mu.shape == (len(mu), len(keys))
+    assert mu.shape[0] >= 100
+    ranks = [c["rank"] for c in doc["configs"]]
+    assert ranks == sorted(ranks) and [c["mu"] for c in doc["configs"]] == sorted(
+        (c["mu"] for c in doc["configs"]), reverse=True
+    )
+    for c in doc["configs"]:
+        assert c["interval"][0] <= c["tasks_per_hour"] <= c["interval"][1]
+    plan = doc["rerecord"]
+    base = config_key(TABLE.preset.baseline_params())
+    assert len(plan["configs"]) == 10 and base not in {config_key(p) for p in plan["configs"]}
+    assert "--rerecord" in plan["command"] and not plan["command"].startswith("flock")
+
+
+def test_the_plan_interleaves_every_config_run_between_baseline_runs() -> None:
+    configs = [c["params"] for c in json.loads(TRUTH_FILE.read_text())["configs"][:10]]
+    base = TABLE.preset.baseline_params()
+    order = _rerecord.plan(configs, base)
+    runs = [e for e in order if e["role"] == "config"]
+    assert len(runs) == 30 and len(order) == 48
+    counts = {config_key(p): 0 for p in configs}
+    for e in runs:
+        counts[config_key(e["params"])] += 1
+    assert set(counts.values()) == {3}
+    roles = [e["role"] for e in order]
+    for i, role in enumerate(roles):
+        if role == "config":
+            before = max(j for j in range(i) if roles[j] == "baseline")
+            after = min(j for j in range(i + 1, len(roles)) if roles[j] == "baseline")
+            assert after - before <= 3
+
+
+def _stamp(minutes: float) -> str:
+    return f"2026-12-03T{10 + int(minutes) // 60:02d}:{int(minutes) % 60:02d}:00Z"
+
+
+def test_ratios_cancel_a_steady_drift() -> None:
+    configs = [c["params"] for c in json.loads(TRUTH_FILE.read_text())["configs"][:4]]
+    order = _rerecord.plan(configs, TABLE.preset.baseline_params(), rounds=2)
+    runs = []
+    for e in order:
+        level = 1.5 if e["role"] == "config" else 1.0
+        tph = 1000 * level * math.exp(-0.2 * e["slot"] * 2 / 60)  # -20%/h, a run every 2 min
+        runs.append({**e, "tasks_per_hour": tph, "failure_kind": None,
+                     "recorded_at": _stamp(2 * e["slot"])})  # fmt: skip
+    got = _rerecord.ratios(runs)
+    assert len(got) == 8
+    assert [r["ratio"] for r in got] == pytest.approx([1.5] * 8, abs=2e-3)
+
+
+def test_the_rerecord_loop_resumes_and_refuses_another_plan(tmp_path: Path) -> None:
+    truth = tmp_path / "truth.json"
+    doc = json.loads(TRUTH_FILE.read_text())
+    truth.write_text(json.dumps({"rerecord": doc["rerecord"]}))
+    out = tmp_path / "rerecord.json"
+    calls: list[int] = []
+
+    def stand_in(_preset: object, params: dict, slot: int) -> dict:
+        # A named stand-in for one real vLLM run: what record_grid.evaluate_once returns.
+        calls.append(slot)
+        return {"failure_kind": None, "tasks_per_hour": 1000.0 + slot,
+                "recorded_at": _stamp(2 * slot)}  # fmt: skip
+
+    cpu = {"cpu_model": "test"}
+    kw = {"dry": False, "evaluate": stand_in, "machine": cpu, "grid": record_grid}
+    assert _rerecord.rerecord(truth, out, TABLE.preset, limit=5, **kw) == 0
+    assert _rerecord.rerecord(truth, out, TABLE.preset, limit=None, **kw) == 0
+    saved = json.loads(out.read_text())
+    assert calls == list(range(48)) and len(saved["runs"]) == 48
+    assert len(saved["ratios"]) == 30 and saved["cpu"] == cpu
+    assert all(r["cpu"] == cpu for r in saved["runs"])
+    other = dict(doc["rerecord"], configs=doc["rerecord"]["configs"][:3])
+    truth.write_text(json.dumps({"rerecord": other}))
+    assert _rerecord.rerecord(truth, out, TABLE.preset, limit=None, **kw) == 2
+    kw["machine"] = {"cpu_model": "other"}
+    # A new file on another machine starts its own sitting; the old file refuses it.
+    assert _rerecord.rerecord(truth, tmp_path / "x.json", TABLE.preset, limit=1, **kw) == 0
+    truth.write_text(json.dumps({"rerecord": doc["rerecord"]}))
+    assert _rerecord.rerecord(truth, out, TABLE.preset, limit=None, **kw) == 2
+
+
+def test_a_rerecorded_sitting_joins_the_fit(tmp_path: Path) -> None:
+    grid = _synthetic_grid(tmp_path, seed=5)
+    configs = [c["params"] for c in json.loads(TRUTH_FILE.read_text())["configs"][:4]]
+    order = _rerecord.plan(configs, TABLE.preset.baseline_params(), rounds=3)
+    rng = np.random.default_rng(1)
+    runs = [
+        {**e, "failure_kind": None, "recorded_at": _stamp(2 * e["slot"]), "cpu": {"cpu_model": "B"},
+         "tasks_per_hour": float(np.exp(_known_mu(e["params"]) - 0.5 + rng.normal(0, 0.05)))}
+        for e in order
+    ]  # fmt: skip
+    rerecorded = tmp_path / "grid-rerecord.json"
+    rerecorded.write_text(json.dumps({"runs": runs}))
+    doc = grid_truth.build([grid, rerecorded], draws=500, keep=100)
+    assert len(doc["model"]["sittings"]) == 2
+    assert {r["machine"] for r in doc["runs"]} >= {"B"}
+    name = next(n for n in doc["model"]["parameters"] if n.startswith("sitting "))
+    lo, hi = doc["model"]["parameters"][name]["interval"]
+    # The synthetic grid's drift is -10%/h from its first run; the new sitting reads -0.5.
+    assert lo < -0.2 and hi < 0
