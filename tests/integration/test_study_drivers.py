@@ -89,7 +89,7 @@ def test_two_drivers_share_one_study(postgres_url: str, tmp_path: Path) -> None:
     trials = study.get_trials()
     assert not [t for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
     measured = [t for t in trials if counts_toward_budget(t)]
-    assert len(measured) == N_TRIALS, [(t.number, t.state, t.user_attrs) for t in trials]
+    assert len(measured) == N_TRIALS, [_brief(t) for t in trials]
     # Both drivers ran trials, and no config was measured twice.
     drivers_seen = Counter(t.user_attrs[TrialAttr.DRIVER]["pid"] for t in measured)
     assert len(drivers_seen) == 2, drivers_seen
@@ -108,3 +108,18 @@ def test_two_drivers_share_one_study(postgres_url: str, tmp_path: Path) -> None:
         assert all(len(store.workload_runs("shared", t.number)) == 1 for t in measured)
     finally:
         store.close()
+
+
+def _brief(t: optuna.trial.FrozenTrial) -> tuple[object, ...]:
+    """One trial in a line a failing assertion can show whole."""
+    a = t.user_attrs
+    return (
+        t.number,
+        t.state.name,
+        a.get(TrialAttr.ROLE),
+        (a.get(TrialAttr.DRIVER) or {}).get("pid"),
+        a.get(TrialAttr.FAILURE_KIND),
+        a.get(TrialAttr.REQUEUED_FROM),
+        a.get(TrialAttr.COPY_OF),
+        tuple(sorted(t.params.items())),
+    )

@@ -12,7 +12,8 @@ Lifecycle of one `run()`:
    (`tuner.study.search.resume`).
 2. Budgeted runs: queue the baseline if none is measured or queued; fix the target
    (`budget_target`).
-3. Loop: fill idle slots (queued trials first, then `propose()`d candidates, never a repeat);
+3. Loop: fill idle slots (queued trials first, a due re-run of the baseline (`rerun_due`), then
+   `propose()`d candidates, never a repeat);
    relay progress to Optuna and stop candidates the `PruneRule` says are losing; record and
    `tell` each result; beat the heartbeat of running trials.
 4. Stop when the target is met, the queue is empty (unbudgeted runs), the space is exhausted
@@ -27,6 +28,7 @@ A simulated study (what the sample-efficiency benchmark does, with its own backe
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
@@ -35,7 +37,7 @@ import optuna
 from optuna.storages._heartbeat import BaseHeartbeat, is_heartbeat_enabled
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner.attrs import Role, TrialAttr, is_feasible
+from tuner.attrs import Role, StudyAttr, TrialAttr, is_feasible
 from tuner.results.configs import describe_config_short
 from tuner.results.words import tph_label
 from tuner.storage import Store
@@ -53,7 +55,14 @@ from tuner.study.search.resume import (
     requeue,
     this_driver,
 )
-from tuner.study.search.roles import SAMPLED_ROLES, enqueue_baseline_copy, is_sampled, role_of
+from tuner.study.search.roles import (
+    SAMPLED_ROLES,
+    enqueue_baseline_copy,
+    enqueue_baseline_rerun,
+    is_sampled,
+    rerun_due,
+    role_of,
+)
 from tuner.study.search.sampling import (
     SamplerFactory,
     enumerate_space,
@@ -85,6 +94,8 @@ class LoopSettings:
         prune_rule: When a candidate is stopped early.
         sampler_factory: The sampler of each draw, from (derived seed, n_trials).
         poll_s: How long one `backend.wait()` may block.
+        baseline_every: Start the baseline again after every this many sampled trials (a
+            `Role.BASELINE_RERUN`, uncounted; `rerun_due`); 0: never. Budgeted runs only.
     """
 
     n_trials: int | None
@@ -94,6 +105,7 @@ class LoopSettings:
     sampler_factory: SamplerFactory = make_sampler
     poll_s: float = 0.5
     also_try_baseline: bool = False  # queue the baseline's config again as a candidate (A/A)
+    baseline_every: int = 0
 
 
 @dataclass(frozen=True)
@@ -160,6 +172,8 @@ class StudyLoop:
             if self.settings.also_try_baseline:
                 enqueue_baseline_copy(self.study, self.preset.baseline_params())
             self.target, resumed = budget_target(self.study, self.settings.n_trials)
+            # Stored so the export can say how the search measured its drift.
+            self.study.set_user_attr(StudyAttr.BASELINE_EVERY, self.settings.baseline_every)
         if self.settings.timeout_s is not None:
             self._deadline = self.backend.now() + self.settings.timeout_s
         self.display.total = self.target if self.target is not None else len(self._waiting())
@@ -173,8 +187,12 @@ class StudyLoop:
             self._beat()
             busy = {r.slot for r in self.inflight.values()}
             for slot in range(self.backend.slots):
-                if slot not in busy and self._may_start():
-                    self._dispatch(slot)
+                if slot not in busy and _slot_ready(self.backend, slot) and self._may_start():
+                    # Look again and take the trial under the study's lock: two drivers that
+                    # both saw room for the last trial would otherwise both start one.
+                    with self._claim():
+                        if self._may_start():
+                            self._dispatch(slot)
             if not self.inflight:
                 if not self._others_running():
                     break
@@ -220,10 +238,25 @@ class StudyLoop:
             return False
         if self.target is None:
             return bool(self._waiting())
-        if self.exhausted or not self._room(self._trials()):
-            return False
-        # Decide on fresh data: other drivers on the study start and finish trials too.
-        return self._room(self._trials(fresh=True))
+        # Decide on fresh data: other drivers on the study start and finish trials too. A
+        # cached view that still shows another driver's finished trial running would say "no
+        # room", and with nothing of this driver's own in flight the loop would end short of
+        # the target and go on to the queued stages while the other driver takes the last trial.
+        return not self.exhausted and self._room(self._trials(fresh=True))
+
+    def _claim(self) -> contextlib.AbstractContextManager[None]:
+        """The study's dispatch lock when other drivers may share it (`study_lock`).
+
+        Taken for the queued stages too: a search that queues its proposal and then asks for
+        it must not have a driver running queued runs take that proposal in between (Optuna's
+        `ask` takes the oldest queued trial; the searching driver would then get a fresh,
+        unqueued trial, one more than the target).
+        """
+        if not self._heartbeat or self.store is None:
+            return contextlib.nullcontext()
+        from tuner.storage.locks import study_lock
+
+        return study_lock(self.store.url, self.study.study_name, "dispatch")
 
     def _room(self, trials: list[FrozenTrial]) -> bool:
         """Whether one more sampled trial fits the target, counting every driver's running ones."""
@@ -263,6 +296,11 @@ class StudyLoop:
         # Each pass either runs a trial, consumes a queued duplicate, or queues a proposal.
         for _ in range(100):
             trials = self._trials(fresh=True)
+            if self.target is not None and rerun_due(trials, self.settings.baseline_every):
+                # Before the next proposal: the baseline again, so the trials between two of
+                # its starts are scored against its drift-corrected rate (tuner.metrics.drift).
+                enqueue_baseline_rerun(self.study, self.preset.baseline_params())
+                trials = self._trials(fresh=True)
             if not any(t.state == TrialState.WAITING for t in trials):
                 if self.target is None:
                     return
@@ -357,6 +395,8 @@ class StudyLoop:
             if p.ready and number not in self._said_ready and self.display.lines is not None:
                 self._said_ready.add(number)
                 self.display.lines.ready(number, p.kv_cache_tokens, p.startup_s)
+            if self.display.lines is not None:  # a line at least every interval (a log)
+                self.display.lines.heartbeat(number, "stopping early" if run.stopping else p.state)
             if run.slot < len(self.display.slots):
                 view = self.display.slots[run.slot]
                 view.state = "pruning" if run.stopping else p.state
@@ -407,12 +447,20 @@ class StudyLoop:
         run = self.inflight.pop(finished.trial_number, None)
         if run is None:
             return
+        if finished.node_id is not None:
+            run.trial.set_user_attr(TrialAttr.RAY_NODE, finished.node_id)
         if finished.result is None:
             trial = run.trial
-            trial.set_user_attr(TrialAttr.FAILURE_KIND, "worker_crashed")
+            # A lost node is not the config's doing: interrupted, queued again every time.
+            kind = "interrupted" if finished.node_lost else "worker_crashed"
+            trial.set_user_attr(TrialAttr.FAILURE_KIND, kind)
             trial.set_user_attr(TrialAttr.FAILURE_REASON, finished.crash or "the worker died")
             self.study.tell(trial, state=TrialState.FAIL)
-            requeue(self.study, self.study._storage.get_trial(trial._trial_id))
+            requeue(
+                self.study,
+                self.study._storage.get_trial(trial._trial_id),
+                interrupted=finished.node_lost,
+            )
         else:
             record_result(self.study, run.trial, self.store, finished.result)
         self.reported.pop(finished.trial_number, None)
@@ -460,6 +508,12 @@ class StudyLoop:
             return
         total = max((int(r) for r in rounds if r is not None), default=int(round_)) + 1
         lines.say(f"confirmation round {int(round_) + 1} of {total} done")
+
+
+def _slot_ready(backend: TrialBackend, slot: int) -> bool:
+    """The backend's optional `ready(slot)` (a Ray slot waiting for a node); True without it."""
+    ready = getattr(backend, "ready", None)
+    return True if ready is None else bool(ready(slot))
 
 
 def _best_line(trials: list[FrozenTrial], unit: str = "tasks/h") -> str:
