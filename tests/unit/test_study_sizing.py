@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import math
 import random
+import shutil
+from pathlib import Path
 
 import pytest
 
 from tuner.errors import ConfigError
+from tuner.study.preflight.plan import shortest_scored_window
 from tuner.study.preflight.sizing import (
     MIN_SCORED_S,
     check_sizing,
@@ -16,6 +19,8 @@ from tuner.study.preflight.sizing import (
     size_workload,
 )
 from tuner.study.space import load_preset
+
+ASSETS = Path(__file__).parents[1] / "assets"
 
 
 def test_mean_tool_latency_is_the_lognormal_mean_with_p99_twelve_times_the_median() -> None:
@@ -65,3 +70,37 @@ def test_the_floor_grows_with_tasks_and_shrinks_with_agents() -> None:
     wider = size_workload(workload.model_copy(update={"agents": workload.agents * 2}))
     assert more.floor_s > 1.8 * base.floor_s
     assert wider.floor_s == pytest.approx(base.floor_s / 2)
+
+
+def test_a_prefill_bound_window_passes_on_its_measured_length_alone() -> None:
+    # The published shape (prompts to 15k tokens, 0.1 s tools): its tool waits are a few
+    # seconds, but 12 tasks took 78-154 s on an H200; the preset states the shortest.
+    workload = load_preset(model="qwen3.8-27b-shape", gpu="h200").workload
+    assert workload.measured_scored_s is not None and workload.measured_scored_s >= MIN_SCORED_S
+    sizing = check_sizing(workload, where="qwen3.8-27b-shape/h200")
+    assert sizing.floor_s < MIN_SCORED_S  # tools alone would not do
+    with pytest.raises(ConfigError, match="under the 60 s"):
+        check_sizing(workload.model_copy(update={"measured_scored_s": None}), where="p")
+    with pytest.raises(ConfigError, match="under the 60 s"):
+        check_sizing(workload.model_copy(update={"measured_scored_s": 59.0}), where="p")
+    # A measured window does not waive the fewest tasks an estimate needs.
+    with pytest.raises(ConfigError):
+        check_sizing(workload.model_copy(update={"tasks": 12}), where="p")
+
+
+def test_extras_on_a_measured_study_pass_on_the_study_s_own_windows(tmp_path: Path) -> None:
+    # The 2026-12-02 H200 study of the published shape scored 12 tasks a trial (fewer than
+    # a new study may ask) in windows of 78-154 s; its confirmation and explain's control must
+    # repeat that sizing to compare with its trials, and its windows say it was long enough.
+    db = tmp_path / "study.db"
+    shutil.copy(ASSETS / "qwen3.8-27b-shape-h200.db", db)
+    shortest = shortest_scored_window(f"sqlite:///{db}", "qwen3.8-27b-shape-h200")
+    assert shortest is not None and 78 <= shortest < 79  # the console said 78 s (trial 1)
+    assert shortest_scored_window(f"sqlite:///{db}", "no-such-study") is None
+    stored = load_preset(model="qwen3.8-27b-shape", gpu="h200").workload
+    twelve = stored.model_copy(update={"tasks": 12, "measured_scored_s": None})
+    with pytest.raises(ConfigError, match="under the 60 s"):
+        check_sizing(twelve, where="p")
+    assert check_sizing(twelve, where="p", study_scored_s=shortest).tasks == 12
+    with pytest.raises(ConfigError, match="under the 60 s"):
+        check_sizing(twelve, where="p", study_scored_s=MIN_SCORED_S - 1)
