@@ -36,7 +36,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tuner.study.search.progress import estimate_line, minutes  # noqa: E402
+from tuner.study.search.progress import estimate_line, minutes, planned_runs  # noqa: E402
+from tuner.study.search.roles import DEFAULT_BASELINE_EVERY  # noqa: E402
 from tuner.study.space import load_preset  # noqa: E402
 from tuner.study.stages.confirm import parse_confirm  # noqa: E402
 
@@ -146,7 +147,10 @@ def _estimate_only(out: Path) -> int:
 def _readme_estimate() -> str:
     preset = load_preset(model="smollm2-135m", gpu="cpu")
     plan = parse_confirm(README_CONFIRM)
-    return estimate_line(preset, 6, (plan.k + 1) * plan.rounds, window_s=preset.window_s)
+    reruns, confirm = planned_runs(
+        6, k=plan.k, rounds=plan.rounds, confirm=plan.enabled, baseline_every=DEFAULT_BASELINE_EVERY
+    )
+    return estimate_line(preset, 6, confirm, reruns=reruns, window_s=preset.window_s)
 
 
 def _existing(url: str, out: Path) -> int:

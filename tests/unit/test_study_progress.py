@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import optuna
 import pytest
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner.attrs import TrialAttr
+from tuner.attrs import Role, TrialAttr
+from tuner.study.search.driver import request_factory
+from tuner.study.search.loop import LoopSettings, StudyLoop
 from tuner.study.search.progress import (
     ProgressLines,
     clock,
@@ -23,7 +26,9 @@ from tuner.study.search.progress import (
     run_estimate_s,
     started_line,
 )
+from tuner.study.search.roles import role_of, search_reruns
 from tuner.study.space import load_preset
+from tuner.testing.scripted_backend import ScriptedBackend, ScriptedRun
 
 
 def _trial(state: TrialState, value: float | None = None, **attrs: object) -> FrozenTrial:
@@ -53,10 +58,32 @@ def test_the_cpu_estimate_is_the_preset_tasks_at_the_measured_pace() -> None:
     )
     assert run_estimate_s(bigger) > run_estimate_s(preset) + 70
     line = estimate_line(preset, 6, 4)
-    assert line.startswith("estimate: about 28 min for 10 server runs (6 trials + 4 confirmation")
+    assert line.startswith(
+        "estimate: about 28 min for 10 server runs (6 trials + up to 4 confirmation runs"
+    )
     assert "about 168 s a run (13 tasks with 2 agents" in line
     assert "an estimate from the preset" in line
-    assert "for 4 server runs (4 confirmation runs)" in estimate_line(preset, 0, 4)
+    assert "for 4 server runs (up to 4 confirmation runs)" in estimate_line(preset, 0, 4)
+    # The baseline's re-runs during the search are server runs too.
+    rerun = estimate_line(preset, 20, 5, reruns=3)
+    assert "for 28 server runs (20 trials + 3 baseline re-runs + up to 5 confirmation" in rerun
+
+
+@pytest.mark.parametrize("n_trials", [1, 2, 6, 7, 11, 12, 20])
+def test_the_estimate_counts_the_baseline_re_runs_the_search_makes(n_trials: int) -> None:
+    # The loop itself, on the scripted backend, decides when to re-run the baseline.
+    preset = load_preset(model="smollm2-135m", gpu="cpu")
+    study = optuna.create_study(direction="maximize")
+    backend = ScriptedBackend(lambda p: ScriptedRun(), n_slots=1)
+    StudyLoop(
+        study,
+        preset,
+        backend,
+        request_factory(preset, model_path="scripted", cache_dir=Path("/nonexistent")),
+        LoopSettings(n_trials=n_trials, seed=0, baseline_every=5),
+    ).run()
+    ran = sum(1 for t in study.get_trials() if role_of(t) == Role.BASELINE_RERUN)
+    assert search_reruns(n_trials, 5) == ran
 
 
 def test_eta_is_runs_left_at_the_measured_mean() -> None:

@@ -173,7 +173,7 @@ def optimize_cmd(
         # What the cluster offers, before anything is written (one line, exit 2, if short).
         cluster_slots(slots, preset.gpu, ray_address or "this machine (local)")
         if options.progress is not None:
-            options.progress.later_runs = _confirm_runs(plan)
+            options.progress.later_runs = _planned(plan, n_trials, options.baseline_every)[1]
         summary = optimize(preset, options)
         table = Table(title=f"study {summary.study_name}")
         table.add_column("finished trials")
@@ -267,9 +267,10 @@ def _announce(options: Any, preset: Any, n_trials: int, plan: Any) -> None:
     from tuner.study.search.progress import estimate_line, workload_line
 
     if options.progress is not None:
+        reruns, confirm = _planned(plan, n_trials, options.baseline_every)
         options.progress.say(workload_line(preset))
         options.progress.say(
-            estimate_line(preset, n_trials, _confirm_runs(plan), **_sizing(options, preset))
+            estimate_line(preset, n_trials, confirm, reruns=reruns, **_sizing(options, preset))
         )
 
 
@@ -287,9 +288,13 @@ def _sizing(options: Any, preset: Any) -> dict[str, Any]:
     return {}
 
 
-def _confirm_runs(plan: Any) -> int:
-    """Server runs the confirmation stage plans: the top K and the baseline, R rounds each."""
-    return (plan.k + 1) * plan.rounds if plan.enabled else 0
+def _planned(plan: Any, n_trials: int, baseline_every: int) -> tuple[int, int]:
+    """(baseline re-runs, confirmation runs at most) of this command (`planned_runs`)."""
+    from tuner.study.search.progress import planned_runs
+
+    return planned_runs(
+        n_trials, k=plan.k, rounds=plan.rounds, confirm=plan.enabled, baseline_every=baseline_every
+    )
 
 
 def _options(url: str, cache: Path, study: str | None, **search: Any) -> Any:

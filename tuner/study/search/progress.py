@@ -4,7 +4,7 @@ On a terminal `tuner optimize` and `tuner confirm` redraw a live table
 (`tuner.study.search.display`); anywhere else that table would print nothing useful, so each event
 becomes one flushed line:
 
-    [0:00:00] estimate: about 34 min for 12 server runs (6 trials + 6 confirmation runs), ...
+    [0:00:00] estimate: about 37 min for 13 server runs (6 trials + up to 7 confirmation runs), ...
     [0:00:02] trial 0 (baseline) started: none kv 2.0GB seqs 8
     [0:00:44] trial 0 server ready: 86,784 KV cache tokens, started in 41.9 s
     [0:02:50] trial 0 scored: 538 completed tasks/h [451, 640], 12 tasks, run 168 s
@@ -128,11 +128,27 @@ def _runs(n: int) -> str:
     return f"{n} server run" + ("" if n == 1 else "s")
 
 
+def planned_runs(
+    n_trials: int, *, k: int, rounds: int, confirm: bool, baseline_every: int
+) -> tuple[int, int]:
+    """(baseline re-runs, confirmation runs at most) that a new study of `n_trials` plans.
+
+    The re-runs are the search's (`roles.search_reruns`). The confirmation runs the floor start
+    (the baseline's round 0, with `--confirm 0` too, once the study has a candidate), then the
+    top `k` candidates and the baseline for `rounds` rounds, fewer when it stops early.
+    """
+    from tuner.study.search.roles import search_reruns
+
+    floor = 1 if n_trials >= 2 else 0
+    return search_reruns(n_trials, baseline_every), floor + ((k + 1) * rounds if confirm else 0)
+
+
 def estimate_line(
     preset: Any,
     trials: int,
     confirm_runs: int,
     *,
+    reruns: int = 0,
     calibration: Any = None,
     window_s: float | None = None,
 ) -> str:
@@ -140,16 +156,23 @@ def estimate_line(
 
     Args:
         preset: The preset.
-        trials, confirm_runs: Server runs of the search and of the confirmation.
+        trials, confirm_runs: Server runs of the search and of the confirmation (the most it
+            may run: the floor start and every round).
+        reruns: The baseline's re-runs during the search (`roles.search_reruns`).
         calibration: The study's calibration (`tuner.workload.calibration.Calibration`): the
             estimate is this box's, from its first server.
         window_s: The study is not calibrated yet and will size its workload to this window
             on its first server: the estimate is a preset guess bounded by it.
     """
-    runs = trials + confirm_runs
+    runs = trials + reruns + confirm_runs
     slots = max(1, preset.gpu.slots)
     parts = [f"{trials} trials" if trials else ""]
-    parts.append(f"{confirm_runs} confirmation runs" if confirm_runs else "")
+    parts.append(f"{reruns} baseline re-run{'' if reruns == 1 else 's'}" if reruns else "")
+    parts.append(
+        f"up to {confirm_runs} confirmation run{'' if confirm_runs == 1 else 's'}"
+        if confirm_runs
+        else ""
+    )
     what = " + ".join(p for p in parts if p)
     at_once = f", {slots} at a time" if slots > 1 else ""
     w = preset.workload

@@ -38,6 +38,7 @@ __all__ = [
     "is_sampled",
     "rerun_due",
     "role_of",
+    "search_reruns",
 ]
 
 SAMPLED_ROLES: Final = (Role.BASELINE, Role.CANDIDATE)
@@ -132,6 +133,20 @@ def rerun_due(trials: Sequence[FrozenTrial], every: int) -> bool:
         if t.number > last and role_of(t) == Role.CANDIDATE and counts_toward_budget(t)
     )
     return since >= every
+
+
+def search_reruns(n_trials: int, every: int) -> int:
+    """Baseline re-runs a new study's search of `n_trials` (its baseline among them) makes.
+
+    `rerun_due` queues one before a proposal once `every` candidates are measured since the
+    last baseline start; the search ends at its target without one. So a search of
+    n_trials - 1 candidates runs one before candidate every + 1, 2 x every + 1, ...: 3 in a
+    20-trial search at every = 5, none in 6 trials. `every` <= 0: none.
+    """
+    candidates = n_trials - 1
+    if every <= 0 or candidates <= every:
+        return 0
+    return (candidates - 1) // every
 
 
 def enqueue_baseline_rerun(study: optuna.Study, params: Mapping[str, Any]) -> None:
