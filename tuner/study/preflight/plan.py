@@ -94,22 +94,28 @@ class StoredStudy:
     measured: bool  # it has COMPLETE or PRUNED trials
 
 
+def _has_table(url: str, table: str) -> bool:
+    """Whether the storage at `url` has `table` (read only: nothing is created)."""
+    from sqlalchemy import inspect
+
+    from tuner.storage.engine import open_engine
+
+    engine = open_engine(url)
+    try:
+        return inspect(engine).has_table(table)
+    finally:
+        engine.dispose()
+
+
 def shortest_scored_window(url: str, name: str) -> float | None:
     """The shortest scored window (s) of study `name`'s measured workload runs; None without.
 
     Reads only: a storage without tuner's tables is not given them.
     """
-    from sqlalchemy import inspect
-
     from tuner.storage import Store
-    from tuner.storage.engine import open_engine
 
-    engine = open_engine(url)
-    try:
-        if not inspect(engine).has_table("tuner_workload_runs"):
-            return None
-    finally:
-        engine.dispose()
+    if not _has_table(url, "tuner_workload_runs"):
+        return None
     store = Store(url, migrate=False)
     try:
         windows = [
@@ -128,17 +134,10 @@ def read_stored_study(url: str, name: str) -> StoredStudy | None:
 
     Reads only: a storage without Optuna's tables is not given them.
     """
-    from sqlalchemy import inspect
-
     from tuner.storage import normalize_url
-    from tuner.storage.engine import open_engine
 
-    engine = open_engine(url)
-    try:
-        if not inspect(engine).has_table("studies"):
-            return None
-    finally:
-        engine.dispose()
+    if not _has_table(url, "studies"):
+        return None
     storage = optuna.storages.RDBStorage(normalize_url(url))
     try:
         study = optuna.load_study(study_name=name, storage=storage)
