@@ -96,11 +96,15 @@ def one_run(model: Path, name: str, log_dir: Path) -> dict[str, Any]:
     from tuner.server import Launcher, ServerSpec
     from tuner.workload.calibration import measure_speeds
 
+    args = VARIANTS[name]
+    at = args.index("--dtype") if "--dtype" in args else None
     spec = ServerSpec(
         model=str(model),
         served_model_name="smollm2",
         kv_cache_memory_bytes=KV_BYTES,
-        extra_args=VARIANTS[name],
+        # `--dtype` is a ServerSpec field; the rest are extra arguments.
+        dtype=args[at + 1] if at is not None else None,  # type: ignore[arg-type]
+        extra_args=args[:at] + args[at + 2 :] if at is not None else args,
         env=ENV,
     )
     launcher = Launcher(log_dir=log_dir)

@@ -29,7 +29,6 @@ import yaml
 
 from tuner.study.search.roles import counts_toward_budget
 from tuner.study.space import preset_dir
-from tuner.testing import cpu_dtype_args
 
 N_TRIALS = 3  # budget trials of the session study: 2 in the first run, 1 in the second
 FIRST_RUN_TRIALS = 2
@@ -59,8 +58,9 @@ def short_space(directory: Path) -> Path:
     data["workload"]["warmup_tasks"] = 0  # also skips the shape sweeps (tuner.workload.runner)
     data["throughput_streams"] = [1]
     data["throughput_requests"] = 2
-    # fp32 on a CPU without bf16 instructions (`cpu_dtype_args`): about 4x the prefill there.
-    data["model"]["server_args"] = ["--enforce-eager", *cpu_dtype_args()]
+    # The preset's `dtype: by-cpu` stays: fp32 on a CPU without bf16 instructions, as a user's
+    # study runs there (tuner.study.preflight.dtype).
+    data["model"]["server_args"] = ["--enforce-eager"]
     # A 30 s scored window instead of the CPU preset's 120 s: on a box whose calibration says
     # the 4 tasks take longer, the study scales their contexts down (and says so), as a user's
     # study does at 120 s on a slower one; on a Zen 4 the 4 tasks fit either way.

@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from tuner.server import Launcher, ServerSpec
-from tuner.testing import ServerPool, cpu_dtype_args
+from tuner.server.cpu import cpu_dtype
+from tuner.testing import ServerPool
 
 if TYPE_CHECKING:
     from tuner.study import OptimizeOptions
@@ -52,13 +53,14 @@ def smollm2_spec(smollm2_path: Path) -> ServerSpec:
     speed, and without torch.compile a start takes about 37 s instead of 62 s on a Zen 4
     (benchmarks/data/cpu-settings-smollm2-135m-cpu.json; more on slower CPUs). Specs derived
     with `replace` keep it. On a CPU without bf16 instructions it serves in fp32
-    (`tuner.testing.cpu_dtype_args`: about 4x the prefill of bf16 there).
+    (`tuner.server.cpu.cpu_dtype`: about 4x the prefill of bf16 there).
     """
     return ServerSpec(
         model=str(smollm2_path),
         served_model_name="smollm2",
         kv_cache_memory_bytes=1_000_000_000,
-        extra_args=("--enforce-eager", *cpu_dtype_args()),
+        dtype=cpu_dtype(),
+        extra_args=("--enforce-eager",),
     )
 
 

@@ -57,7 +57,10 @@ _FIELD_FLAGS = (
     "--tool-call-parser",
     "--enable-prompt-tokens-details",
     "--load-format",
+    "--dtype",
 )
+# What `--dtype` accepts in vLLM (ModelConfig.dtype); "auto" is the same server as no flag.
+Dtype = Literal["half", "float16", "bfloat16", "float", "float32"]
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Keys under which checkpoints declare their MTP layers (Qwen3-Next/DeepSeek, MiMo and others).
 _MTP_CONFIG_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers")
@@ -196,6 +199,8 @@ class ServerSpec(BaseModel):
     # The workload reads per-request cached tokens, which vLLM reports only with this flag.
     enable_prompt_tokens_details: bool = True
     load_format: str | None = None
+    # None: the model's own (vLLM's "auto"; bf16 on the CPU build).
+    dtype: Dtype | None = None
     mtp_layers: int | None = Field(default=None, ge=0)
     speculative: SpeculativeSpec | None = None
     extra_args: tuple[str, ...] = ()
@@ -210,6 +215,12 @@ class ServerSpec(BaseModel):
         if isinstance(value, dict) and value.get("method", "none") == "none" and len(value) <= 1:
             return None
         return value
+
+    @field_validator("dtype", mode="before")
+    @classmethod
+    def _auto_means_none(cls, value: Any) -> Any:
+        # `--dtype auto` and no flag are the same server; keep them equal.
+        return None if value == "auto" else value
 
     @field_validator("env")
     @classmethod
@@ -309,6 +320,8 @@ class ServerSpec(BaseModel):
             pairs.append(("--enable-prompt-tokens-details", None))
         if self.load_format:
             pairs.append(("--load-format", self.load_format))
+        if self.dtype:
+            pairs.append(("--dtype", self.dtype))
         config = self.speculative_config()
         if config is not None:
             pairs.append(("--speculative-config", json.dumps(config, separators=(",", ":"))))

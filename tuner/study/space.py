@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import optuna
 import yaml
@@ -107,6 +107,21 @@ class ModelPart(BaseModel):
     enable_prefix_caching: bool = True
     server_args: tuple[str, ...] = ()
     server_env: dict[str, str] = Field(default_factory=dict)
+    # vLLM's `--dtype`. "auto": the model's own (bf16 on the CPU build). "by-cpu" (CPU presets):
+    # a study's plan makes it float32 on a CPU without bf16 instructions, else "auto", and
+    # doubles the KV choices for float32 (`tuner.study.preflight.dtype`); the study stores what
+    # it chose. A preset used outside a study (benchmarks) runs "by-cpu" as "auto".
+    dtype: Literal["auto", "bfloat16", "float16", "float32", "by-cpu"] = "auto"
+
+    def resolved_dtype(self) -> Literal["bfloat16", "float16", "float32"] | None:
+        """The `--dtype` the server gets (None: the model's own)."""
+        if self.dtype == "auto" or self.dtype == "by-cpu":
+            return None
+        return self.dtype
+
+    def kv_element_bytes(self) -> int:
+        """Bytes of one KV cache element: vLLM's KV cache follows the model's dtype."""
+        return 4 if self.dtype == "float32" else 2
 
 
 class GpuPart(BaseModel):
@@ -332,6 +347,11 @@ class Preset(BaseModel):
             raise ValueError(
                 f"method 'mtp' needs a model with MTP layers ({self.model.name} has 0)"
             )
+        if self.model.dtype == "by-cpu" and not self.gpu.cpu:
+            raise ValueError(
+                "model.dtype 'by-cpu' chooses by the CPU's flags, for CPU presets (gpu.cpu: "
+                "true); name the dtype instead"
+            )
         for method in sorted(NEEDS_DRAFT):
             if method in methods and method not in self.model.draft_models:
                 raise ValueError(f"method {method!r} needs model.draft_models.{method}")
@@ -492,6 +512,7 @@ class Preset(BaseModel):
             tensor_parallel_size=self.gpu.tensor_parallel_size,
             tool_call_parser=m.tool_call_parser,
             load_format=m.load_format,
+            dtype=m.resolved_dtype(),
             mtp_layers=m.mtp_layers,
             speculative=speculative,
             extra_args=m.server_args,

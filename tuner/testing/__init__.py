@@ -16,32 +16,19 @@ if TYPE_CHECKING:
 
 __all__ = ["ServerPool", "cpu_dtype_args"]
 
-# CPU flags with which vLLM's CPU build runs bf16 linear layers in oneDNN; without them it falls
-# back to torch's kernels ("Failed to create oneDNN linear") and fp32 was about 4x faster to
-# prefill and 1.6x faster to decode on a Zen 3 (benchmarks/data/cpu-dtype-smollm2-135m.json).
-BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
-
 
 def cpu_dtype_args(cpuinfo: str | None = None) -> tuple[str, ...]:
     """`("--dtype", "float32")` on a CPU without bf16 instructions, else `()` (the model's
-    bf16): what the tests' real servers add to their command line, for speed alone (their
-    checks do not depend on the dtype; the presets keep the model's).
+    bf16): `tuner.server.cpu.cpu_dtype` as command-line words, for scripts that build a
+    server's argv themselves (a `ServerSpec` takes `dtype=cpu_dtype()`).
 
     Args:
         cpuinfo: The text of /proc/cpuinfo (read when None; no file: no flags).
     """
-    if cpuinfo is None:
-        try:
-            with open("/proc/cpuinfo") as f:
-                cpuinfo = f.read()
-        except OSError:
-            cpuinfo = ""
-    flags: set[str] = set()
-    for line in cpuinfo.splitlines():
-        if line.startswith("flags"):
-            flags = set(line.partition(":")[2].split())
-            break
-    return () if flags & BF16_FLAGS else ("--dtype", "float32")
+    from tuner.server.cpu import cpu_dtype
+
+    dtype = cpu_dtype(cpuinfo)
+    return ("--dtype", dtype) if dtype else ()
 
 
 class ServerPool:

@@ -6,9 +6,11 @@ piece:
 1. the checks (`checks.preflight`: the installed vLLM's knobs, a GPU workload's window);
 2. the model (a test model is built on first use);
 3. the storage's tables (migrated, so the existing study can be read);
-4. the space cut for the workload (`sizing.workload_reductions`; `--full-space`, or a study
+4. the dtype of a CPU preset with `model.dtype: by-cpu` (`dtype.resolve_dtype`: float32 on a
+   CPU without bf16 instructions, with the KV choices doubled; a stored study keeps its own);
+5. the space cut for the workload (`sizing.workload_reductions`; `--full-space`, or a study
    that searched the full space before, keeps it);
-5. the workload's sizing (`WorkloadSizing`): the study's stored calibration when it has one;
+6. the workload's sizing (`WorkloadSizing`): the study's stored calibration when it has one;
    else, for a preset with a target window (`Preset.window_s`, CPU presets by default), a
    `SizingPlan` the study's first server start chooses from (a short prefill/decode probe right
    after the server is ready, then that trial's scored workload at the chosen size); else the
@@ -39,6 +41,7 @@ from tuner.errors import ConfigError
 from tuner.server.capabilities import VllmCapabilities
 from tuner.study.preflight.calibration import sizing_plan
 from tuner.study.preflight.checks import StartCheck, preflight
+from tuner.study.preflight.dtype import resolve_dtype
 from tuner.study.preflight.sizing import read_model_config, workload_reductions
 from tuner.study.space import Preset
 from tuner.workload.calibration import Calibration, SizingPlan
@@ -318,6 +321,7 @@ def plan_study(
     say: Callable[[str], None] = _stderr,
     quiet: bool = False,
     capabilities: VllmCapabilities | None = None,
+    cpuinfo: str | None = None,
 ) -> StudyPlan:
     """Check `preset`, build its model and decide its space and sizing (see the module doc).
 
@@ -334,6 +338,7 @@ def plan_study(
         say: Where the one-line notes go.
         quiet: Say nothing about the space or the sizing (said once, by the search).
         capabilities: The installed vLLM's, when already known (tests).
+        cpuinfo: /proc/cpuinfo's text for a `by-cpu` dtype (None: read it; tests pass one).
 
     Raises:
         ConfigError: a check failed, or `--no-calibrate` on a calibrated study.
@@ -368,6 +373,14 @@ def plan_study(
     finally:
         store.close()
     stored = read_stored_study(storage_url, study_name or preset.study_name)
+    preset, dtype_line = resolve_dtype(
+        preset,
+        stored=stored.preset if stored is not None else None,
+        study_name=study_name,
+        cpuinfo=cpuinfo,
+    )
+    if dtype_line is not None:
+        tell(dtype_line)
     preset, reductions = reduce_space(
         preset, model_path=path, full_space=full_space, stored=stored, say=tell
     )

@@ -217,12 +217,12 @@ class Reduction:
         return f"space: {self.knob} {list(self.before)} -> {list(self.after)}: {self.evidence}"
 
 
-def kv_bytes_per_token(config: dict[str, Any]) -> int | None:
+def kv_bytes_per_token(config: dict[str, Any], *, element_bytes: int = 2) -> int | None:
     """KV cache bytes per token from a Hugging Face model config (None: cannot tell).
 
-    2 (K and V) x full-attention layers x KV heads x head dim x 2 bytes (vLLM's default KV
-    dtype follows the bf16/fp16 weights). A config with linear-attention layers (a hybrid) is
-    None: its cache also holds per-sequence state.
+    2 (K and V) x full-attention layers x KV heads x head dim x `element_bytes` (vLLM's KV
+    cache follows the model's dtype: 2 for bf16/fp16, 4 for `--dtype float32`). A config with
+    linear-attention layers (a hybrid) is None: its cache also holds per-sequence state.
     """
     text = config.get("text_config") or config
     layer_types = text.get("layer_types")
@@ -236,7 +236,7 @@ def kv_bytes_per_token(config: dict[str, Any]) -> int | None:
     )
     if not (layers and kv_heads and head_dim):
         return None
-    return 2 * int(layers) * int(kv_heads) * int(head_dim) * 2
+    return 2 * int(layers) * int(kv_heads) * int(head_dim) * element_bytes
 
 
 def read_model_config(model_path: str) -> dict[str, Any] | None:
@@ -293,7 +293,11 @@ def workload_reductions(
             )
         )
         updates["max_num_seqs"] = seqs
-    per_token = kv_bytes_per_token(model_config) if model_config is not None else None
+    per_token = (
+        kv_bytes_per_token(model_config, element_bytes=preset.model.kv_element_bytes())
+        if model_config is not None
+        else None
+    )
     kv = space.kv_cache_memory_bytes
     if kv is not None and per_token is not None and not preset.model.hybrid:
         tokens = preset.workload.agents * preset.workload.shape.max_context_tokens
