@@ -6,8 +6,9 @@ simulation checks the product against the machines, not against the product's ow
 
 What it reads: every `benchmarks/data/grid-*.json` (each a session: one recording on one
 machine; only configs started more than once carry noise) and every record of every
-`benchmarks/data/repeatability-*.json` (each record a session of interleaved rounds A B A B
-...). A new recording dropped there is fitted on the next run; nothing is listed by hand.
+`benchmarks/data/repeatability-*-cpu.json` (each record a session of interleaved rounds A B A
+B ...; GPU records such as repeatability-qwen3.8-27b-shape-h200.json are the GPU's noise,
+docs/gpu-validation.md). A new recording dropped there is fitted on the next run; nothing is listed by hand.
 (The real A/A study of docs/decisions.md left no data file, only four tasks/h in prose, so it
 is not fitted.)
 
@@ -159,7 +160,7 @@ def load_sessions(data_dir: Path = DATA) -> list[Session]:
         p for p in sorted(data_dir.glob("grid-*.json")) if not p.name.startswith("grid-truth-")
     ]
     sessions = [_grid_session(p) for p in grids]
-    for p in sorted(data_dir.glob("repeatability-*.json")):
+    for p in sorted(data_dir.glob("repeatability-*-cpu.json")):
         sessions += _repeatability_sessions(p)
     return sessions
 

@@ -242,6 +242,26 @@ def repeat_noise(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     }
 
 
+def repeat_starts(path: Path) -> dict[str, list[dict[str, Any]]]:
+    """Fresh starts of the study's configs recorded by benchmarks/repeatability.py, by the
+    table's config key (its method), each with the record it came from and its machine."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for i, record in enumerate(json.loads(path.read_text())):
+        machine = record.get("machine") or {}
+        for label, params in record["configs"].items():
+            for value in record["tasks_per_hour"][label]:
+                out.setdefault(params.get("method", "none"), []).append(
+                    {
+                        "source": f"{path.name}[{i}] {label}",
+                        "params": params,
+                        "tasks_per_hour": round(value, 1),
+                        "recorded_at": machine.get("recorded_at"),
+                        "cpu": machine.get("cpu_model"),
+                    }
+                )
+    return out
+
+
 def summarise(storage: str, logs: Path) -> dict[str, Any]:
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     studies = optuna.get_all_study_names(storage)
@@ -290,6 +310,14 @@ def main(argv: list[str] | None = None) -> int:
         "--explain", type=Path, default=None, help="`tuner explain --json` output to include"
     )
     parser.add_argument(
+        "--repeatability",
+        type=Path,
+        action="append",
+        default=[],
+        help="benchmarks/repeatability.py records of this study's configs: their starts join "
+        "the between-start noise (repeatable)",
+    )
+    parser.add_argument(
         "--previous",
         type=Path,
         default=None,
@@ -300,7 +328,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.logs.is_dir():
         print(f"--logs {args.logs} is not a directory", file=sys.stderr)
         return 2
-    for flag, path in (("--explain", args.explain), ("--previous", args.previous)):
+    files = [("--explain", args.explain), ("--previous", args.previous)]
+    for flag, path in [*files, *(("--repeatability", p) for p in args.repeatability)]:
         if path is not None and not path.is_file():
             print(f"{flag} {path} is not a file", file=sys.stderr)
             return 2
@@ -314,6 +343,19 @@ def main(argv: list[str] | None = None) -> int:
         )
     if args.explain is not None:
         summary["explain"] = json.loads(args.explain.read_text())
+    if args.repeatability:
+        extra: dict[str, list[dict[str, Any]]] = {}
+        for path in args.repeatability:
+            for key, runs in repeat_starts(path).items():
+                extra.setdefault(key, []).extend(runs)
+        summary["repeat_starts"] = extra
+        summary["between_start_noise_study_only"] = summary["between_start_noise"]
+        summary["between_start_noise"] = repeat_noise(
+            [
+                {**row, "runs": row["runs"] + extra.get(row["config"], [])}
+                for row in summary["table"]
+            ]
+        )
     if args.note:
         summary = {"note": args.note, **summary}
     args.out.write_text(json.dumps(summary, indent=2, sort_keys=False) + "\n")

@@ -100,3 +100,22 @@ def test_the_dashboard_note_carries_the_weights_line_and_the_reuse_evidence(url:
     note = study_note(load_results(url))
     assert f"**Weights: {DUMMY_WEIGHTS_LINE}**" in note
     assert "# this config: reuse all/short/none 96/32/16 of 144 scored steps" in note
+
+
+def test_third_starts_from_a_repeatability_record_join_the_noise(url: str, tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    out = tmp_path / "summary.json"
+    record = ROOT / "benchmarks" / "data" / "repeatability-qwen3.8-27b-shape-h200.json"
+    argv = ["--storage", url, "--logs", str(logs), "--out", str(out), "--repeatability"]
+    assert gpu_study_summary.main([*argv, str(record)]) == 0
+    doc = json.loads(out.read_text())
+    # No speculation 525, 553 (study) and 513.8 (record); n-gram 488, 434 and 489.2: the
+    # pooled sd of log tasks/h about each config's mean, over 2 + 2 df.
+    noise = doc["between_start_noise"]
+    assert noise["df"] == 4 and noise["runs_per_config"] == {"none": 3, "ngram": 3}
+    assert noise["log_sd_per_start"] == pytest.approx(0.0555, abs=5e-4)
+    assert doc["between_start_noise_study_only"]["df"] == 2
+    assert [r["tasks_per_hour"] for r in doc["repeat_starts"]["ngram"]] == [489.2]
+    missing = tmp_path / "nope.json"
+    assert gpu_study_summary.main([*argv, str(missing)]) == 2
