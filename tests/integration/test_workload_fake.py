@@ -194,3 +194,9 @@ def test_warm_up_sweeps_every_concurrency_level_until_steady(stub_url: str) -> N
     record = run_workload_sync(stub_url, "stub", settings)
     warm_tokens = _served(stub_url)[1] - before[1] - (record.generation_tokens or 0)
     assert warm_tokens >= 2 * (1 + 2 + 3) * WARM_OUTPUT_TOKENS
+    # A calibration's bound of one sweep (a slow box): levels 1, 2 and 3 once, no more.
+    settings = settings.model_copy(update={"warmup_max_sweeps": 1})
+    before = _served(stub_url)
+    result = asyncio.run(sweep())
+    assert len(result.rates) == 1  # type: ignore[attr-defined]
+    assert _served(stub_url)[0] - before[0] == 1 + 2 + 3

@@ -166,3 +166,30 @@ def test_the_estimate_uses_the_calibration_not_the_recorded_grid() -> None:
     assert "about 168 s a run" in guess and "a guess until the first server" in guess
     tight = estimate_line(plain, 6, 4, window_s=24.0)  # min(79.3, 24 x 13/12 = 26) = 26 s
     assert "about 115 s a run" in tight
+
+
+def test_warm_up_sweeps_are_bounded_to_a_quarter_of_the_window_on_a_slow_box() -> None:
+    preset = load_preset(model="smollm2-135m", gpu="cpu")
+    plan = sizing_plan(preset, 120.0)
+    # A CPU preset sweep: 2 agents, longest warm prompt 3,072 - 16 - 64 = 2,992 tokens; level 1
+    # sends 2,992, level 2 sends 1,496 + 2,992: 7,480 prompt tokens and 3 x 16 output tokens.
+    # On a Zen 3 in fp32 (340 tok/s prefill, 35.5 decode, trial 0 of the main command):
+    # 7,480 / 340 + 48 / 35.5 = 22.0 + 1.35 = 23.4 s a sweep; a quarter of 120 s is 30 s: 1.
+    slow = plan.calibrate(Speeds(340.0, 35.5, 2), 0)
+    assert slow.settings.warmup_max_sweeps == 1
+    assert slow.sweep_s == pytest.approx(23.35, abs=0.05)
+    assert slow.line().endswith(
+        "; warm-up shape sweeps at most 1 (one is about 23 s here, against 25% of the window)"
+    )
+    # Three times the speed: 7.8 s a sweep, 3 fit in 30 s: the preset's 3, and no words.
+    fast = plan.calibrate(Speeds(1020.0, 106.5, 2), 0)
+    assert fast.settings.warmup_max_sweeps == 3 and "sweeps" not in fast.line()
+    # The bound survives the study attribute, and a workload without warm-up is not bounded.
+    assert Calibration.from_json(slow.to_json()).settings.warmup_max_sweeps == 1
+    cold = preset.model_copy(
+        update={"workload": preset.workload.model_copy(update={"warmup_tasks": 0})}
+    )
+    assert (
+        sizing_plan(cold, 120.0).calibrate(Speeds(340.0, 35.5, 2), 0).settings.warmup_max_sweeps
+        == 3
+    )

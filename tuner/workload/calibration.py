@@ -29,7 +29,7 @@ import httpx
 
 from tuner.errors import WorkloadError
 from tuner.workload.chat import RequestFailed
-from tuner.workload.runner import normalise_base_url
+from tuner.workload.runner import MAX_SWEEPS, normalise_base_url, sweep_tokens
 from tuner.workload.settings import WorkloadSettings
 
 __all__ = ["Calibration", "SizingOption", "SizingPlan", "Speeds", "measure_speeds"]
@@ -99,6 +99,22 @@ class SizingOption:
         return f"{s.tasks} tasks, contexts <= {s.shape.max_context_tokens:,} tokens"
 
 
+# The shape sweeps before each scored window (tuner.workload.runner.warm_shapes) take at most
+# this share of the target window at the calibrated speeds; at least one sweep runs. On a Zen 3
+# in fp32 a sweep of the CPU preset was about 23 s against a 120 s window: 1 sweep, not 2-3.
+WARMUP_SHARE = 0.25
+
+
+def bounded_sweeps(
+    settings: WorkloadSettings, speeds: Speeds, window_s: float
+) -> tuple[int, float]:
+    """(shape sweeps at most, one sweep's estimated seconds) for `settings` at `speeds`."""
+    prompt, output = sweep_tokens(settings)
+    one = prompt / max(speeds.prefill_tps, 1e-9) + output / max(speeds.decode_tps, 1e-9)
+    fits = int(WARMUP_SHARE * window_s // one) if one > 0 else MAX_SWEEPS
+    return max(1, min(settings.warmup_max_sweeps, fits)), one
+
+
 @dataclass(frozen=True)
 class SizingPlan:
     """The sizings a study may choose from, largest (the preset's) first, and its target."""
@@ -117,6 +133,10 @@ class SizingPlan:
         """The choice at `speeds`, as the record the study stores."""
         chosen = self.choose(speeds)
         preset = self.options[0]
+        settings = chosen.settings
+        sweeps, sweep_s = bounded_sweeps(settings, speeds, self.window_s)
+        if settings.warmup_tasks > 0 and sweeps < settings.warmup_max_sweeps:
+            settings = settings.model_copy(update={"warmup_max_sweeps": sweeps})
         return Calibration(
             trial_number=trial_number,
             prefill_tps=speeds.prefill_tps,
@@ -130,8 +150,9 @@ class SizingPlan:
             context_scale=chosen.context_scale,
             preset_sizing=preset.describe(),
             sizing=chosen.describe(),
-            workload=chosen.settings.model_dump(mode="json"),
+            workload=settings.model_dump(mode="json"),
             startup_s=startup_s,
+            sweep_s=sweep_s,
         )
 
 
@@ -157,6 +178,7 @@ class Calibration:
     sizing: str
     workload: dict[str, Any]
     startup_s: float = 0.0  # the calibrated server's start, for the estimate
+    sweep_s: float = 0.0  # one warm-up shape sweep at the calibrated speeds, estimated
 
     @property
     def settings(self) -> WorkloadSettings:
@@ -174,6 +196,18 @@ class Calibration:
 
     def line(self) -> str:
         """The one line that says what calibration did."""
+        return self._sizing_line() + self._sweeps_line()
+
+    def _sweeps_line(self) -> str:
+        most = self.settings.warmup_max_sweeps
+        if most >= MAX_SWEEPS or self.settings.warmup_tasks == 0:
+            return ""
+        return (
+            f"; warm-up shape sweeps at most {most} (one is about {self.sweep_s:.0f} s here, "
+            f"against {WARMUP_SHARE:.0%} of the window)"
+        )
+
+    def _sizing_line(self) -> str:
         head = (
             f"calibrated on trial {self.trial_number}: prefill {self.prefill_tps:,.0f} tok/s, "
             f"decode {self.decode_tps:,.1f} tok/s ({self.streams} streams): "

@@ -123,12 +123,13 @@ class _Activity:
     phase: _Phase | None = None
     total: int = 0
     sweep: int = 0
+    max_sweeps: int = 3
 
     def text(self) -> str:
         phase = self.phase
         if self.stage == "sweep":
             return (
-                f"warm-up sweeps: sweep {self.sweep} of at most {MAX_SWEEPS} (every "
+                f"warm-up sweeps: sweep {self.sweep} of at most {self.max_sweeps} (every "
                 "concurrency level at the workload's prompt lengths)"
             )
         done = len(phase.records) if phase is not None else 0
@@ -397,7 +398,11 @@ async def _run(
         "warm-up: %.1f s (tasks and shape sweeps); sweep rates %s tokens/s%s",
         time.perf_counter() - clock_zero,
         list(sweeps.rates),
-        "" if sweeps.steady or not sweeps.rates else " (not steady: the sweep limit was reached)",
+        ""
+        if sweeps.steady or not sweeps.rates
+        else " (one sweep: the calibration's bound)"
+        if settings.warmup_max_sweeps < 2
+        else " (not steady: the sweep limit was reached)",
     )
 
     before = await scrape_metrics(client, base_url)
@@ -458,10 +463,12 @@ async def _run(
     )
 
 
-# Shape sweeps after the warm-up tasks: at least 2 (to see a steady rate), at most MAX_SWEEPS;
+# Shape sweeps after the warm-up tasks: at least 2 (to see a steady rate), at most MAX_SWEEPS
+# (`WorkloadSettings.warmup_max_sweeps`, which a calibration may lower to 1 on a slow box);
 # they stop once a sweep's token rate is within STEADY_TOLERANCE of the one before. Each sweep
 # sends 1 + 2 + ... + levels requests of WARM_OUTPUT_TOKENS output tokens; on the CPU preset
-# (2 agents, contexts under 3k tokens) a sweep is 3 requests, a few seconds.
+# (2 agents, contexts under 3k tokens) a sweep is 3 requests and about 7,500 prompt tokens: a
+# few seconds on a Zen 4 in bf16, about 23 s on a Zen 3 in fp32.
 MAX_SWEEPS = 3
 STEADY_TOLERANCE = 0.10
 WARM_OUTPUT_TOKENS = 16
@@ -505,6 +512,19 @@ def _filler(counter: TokenCounter, tokens: int) -> str:
     return text
 
 
+def _longest_warm_prompt(settings: WorkloadSettings) -> int:
+    return max(64, settings.shape.max_context_tokens - WARM_OUTPUT_TOKENS - 64)
+
+
+def sweep_tokens(settings: WorkloadSettings) -> tuple[int, int]:
+    """(prompt tokens, output tokens) one shape sweep of `warm_shapes` sends: level c sends c
+    prompts of longest x (j + 1) / c tokens, each with WARM_OUTPUT_TOKENS forced tokens."""
+    longest = _longest_warm_prompt(settings)
+    levels = warm_levels(settings.agents)
+    prompts = sum(longest * (j + 1) // c for c in levels for j in range(c))
+    return prompts, WARM_OUTPUT_TOKENS * sum(levels)
+
+
 async def warm_shapes(ctx: AgentContext, activity: _Activity | None = None) -> WarmupSweeps:
     """Shape sweeps until the server runs at a steady rate (see the module docstring).
 
@@ -517,7 +537,7 @@ async def warm_shapes(ctx: AgentContext, activity: _Activity | None = None) -> W
         WorkloadError: The server stopped answering.
     """
     settings = ctx.settings
-    longest = max(64, settings.shape.max_context_tokens - WARM_OUTPUT_TOKENS - 64)
+    longest = _longest_warm_prompt(settings)
     levels = warm_levels(settings.agents)
 
     async def one(tokens: int) -> tuple[int, bool]:
@@ -563,9 +583,10 @@ async def warm_shapes(ctx: AgentContext, activity: _Activity | None = None) -> W
 
     rates: list[float] = []
     refused = 0
-    for sweep in range(MAX_SWEEPS):
+    most = min(MAX_SWEEPS, settings.warmup_max_sweeps)
+    for sweep in range(most):
         if activity is not None:
-            activity.sweep = sweep + 1
+            activity.sweep, activity.max_sweeps = sweep + 1, most
         t0 = time.perf_counter()
         tokens = 0
         for c in levels:
