@@ -137,13 +137,16 @@ def paired(a: list[dict[str, Any]], b: list[dict[str, Any]], seed: int = 0) -> d
 def counterparts(name: str, confirm: bool, ran: dict[str, Any]) -> list[str]:
     """What a tuner search is paired against: random search with the same screening and
     confirmation (`tuner + screening` against `random + screening`, `tuner optimize (...)`
-    against `random + ...`), and plain random search (what the issue's goal names)."""
-    if not name.startswith("tuner"):
+    against `random + ...`), plain random search (what the issue's goal names), and, with
+    `--variants`, the same study whose finalists are its highest single runs."""
+    if not name.startswith("tuner") or name.endswith("[raw finalists]"):
         return []
     same = "random" + name.removeprefix("tuner")
     if confirm:
         same = next((r for r in ran if r.startswith("random +") and ran[r]["confirm"]), same)
-    return [r for r in dict.fromkeys([same, "random"]) if r in ran and r != name]
+    # The same study with the finalists picked by their highest single runs (`--variants`).
+    raw = f"{name} [raw finalists]"
+    return [r for r in dict.fromkeys([raw, same, "random"]) if r in ran and r != name]
 
 
 def rows_from_seeds(doc: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]:

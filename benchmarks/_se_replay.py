@@ -208,7 +208,9 @@ def _run_confirmed(table: GridTable, search: Search, slots: int, seed: int) -> S
     picks, spent, n_runs, others = [], [], 0, []
     for budget in BUDGETS:
         study, backend = _search(table, search, slots, seed, budget)
-        queue_rounds(study, plan_confirmation(study.get_trials(deepcopy=False), k), rounds)
+        rank = "raw" if search.raw_finalists else "pooled"
+        finalists = plan_confirmation(study.get_trials(deepcopy=False), k, rank=rank)
+        queue_rounds(study, finalists, rounds)
         settings = LoopSettings(n_trials=None, seed=seed, prune_rule=search.prune)
         StudyLoop(study, table.preset, backend, _request_factory(table.preset), settings).run()
         trials = {t.number: t for t in study.get_trials(deepcopy=False)}

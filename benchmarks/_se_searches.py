@@ -26,6 +26,8 @@ class Search:
     sampler: SamplerFactory | None
     prune: PruneRule
     confirm: tuple[int, int] | None = None  # (top k, rounds): confirm as `tuner optimize` does
+    # Finalists by the highest single runs, the rule before the pooled model (with confirm).
+    raw_finalists: bool = False
 
 
 def _random(seed: int | None, _n: int) -> optuna.samplers.BaseSampler:
@@ -43,6 +45,7 @@ def _default_search() -> Search:
 
 
 DEFAULT = _default_search()
+RAW_FINALISTS = "[raw finalists]"
 # The same screening and confirmation after random search: what the shipped study's search is
 # worth against random search's at the same export rule (`tuner` and `random` export with
 # `--confirm 0`: single runs, which rarely beat the baseline at the rule's level).
@@ -116,6 +119,15 @@ def _confirm_variants() -> list[Search]:
     return [
         Search(f"tuner + screening + confirm {k},{r}", make_sampler, screen, confirm=(k, r))
         for k, r in ((1, 2), (2, 2), (1, 3))
+    ] + [
+        # The shipped study with its finalists picked by their highest single runs.
+        Search(
+            f"{DEFAULT.name} {RAW_FINALISTS}",
+            DEFAULT.sampler,
+            DEFAULT.prune,
+            DEFAULT.confirm,
+            raw_finalists=True,
+        )
     ]
 
 

@@ -13,7 +13,7 @@ The guard always has its floor: the baseline's round-0 run is its second start, 
 correctness probe needs to tell a changed output from restart noise. Every study with a
 candidate gets it, with `--confirm 0` too (then it is the only run). It runs first, so the
 candidates the probe flags are known before the slots are given out: confirmation skips them
-and takes the next candidate by search score.
+and takes the next candidate by the pooled ranking.
 
 Nothing measured disappears: a candidate's failed confirmation start stays failed and counts
 against it (`tuner export` does not export it and says which start failed); a failed baseline
@@ -36,7 +36,9 @@ Lifecycle of `confirm_study`:
 1. Load the study and its preset; store the between-run noise the verdicts use.
 2. Run the floor start (the baseline's round 0) unless it ran (or wait for the driver running
    it).
-3. Judge the probe; rank the unflagged, completed, feasible candidates by search-time value.
+3. Judge the probe; rank the unflagged, completed, feasible candidates by their chance of being
+   best on the pooled evidence of every run (`rank_finalists`, `tuner.metrics.pooled`): a
+   config's one lucky run no longer decides alone.
 4. Queue the runs of the first `first_look` rounds a previous (or interrupted) confirmation has
    not finished: a resumed study confirms without repeating or losing runs; run the queue
    (`tuner.study.search.driver.run_waiting`); queue a failed baseline round again and run it;
@@ -51,10 +53,11 @@ Lifecycle of `confirm_study`:
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -64,6 +67,7 @@ from tuner.errors import ConfigError, StudyError
 
 if TYPE_CHECKING:
     from tuner.metrics import BetweenRunNoise
+    from tuner.metrics.pooled import PooledConfig
     from tuner.results.export_rule import Look
     from tuner.results.study_reader import StudyResults
     from tuner.study.space import Preset
@@ -76,8 +80,10 @@ __all__ = [
     "ConfirmPlan",
     "ConfirmSummary",
     "confirm_study",
+    "finalists_line",
     "parse_confirm",
     "plan_confirmation",
+    "rank_finalists",
     "record_verdicts",
     "round_order",
 ]
@@ -168,11 +174,34 @@ def _baseline(trials: list[FrozenTrial]) -> FrozenTrial | None:
     return next((t for t in trials if _role(t) == Role.BASELINE and is_feasible(t)), None)
 
 
-def plan_confirmation(
-    trials: list[FrozenTrial], k: int, *, skip: frozenset[int] | set[int] = frozenset()
-) -> list[FrozenTrial]:
-    """The baseline, then the top `k` feasible candidates by search-time value (best first),
-    leaving out the trials in `skip` (configs the correctness probe flagged)."""
+def _pooled_params(t: FrozenTrial) -> dict[str, Any]:
+    # A copy of the baseline (an A/A control) is a config of its own for the ranking.
+    copy = t.user_attrs.get(TrialAttr.COPY_OF)
+    return {**t.params, "copy_of": copy} if copy is not None else dict(t.params)
+
+
+def rank_finalists(
+    trials: list[FrozenTrial],
+    *,
+    skip: frozenset[int] | set[int] = frozenset(),
+    noise_sd: float | None = None,
+) -> list[tuple[FrozenTrial, PooledConfig]]:
+    """The feasible candidates' configs, most likely best first, from every run of the study.
+
+    Each config is ranked by the pooled model (`tuner.metrics.pooled`) fitted to the log
+    search-time value of every feasible run, the baseline's starts included: its probability of
+    being the best candidate, then its posterior mean. One trial stands for each config (its
+    highest run). Trials in `skip` (configs the correctness probe flagged) are not ranked.
+
+    Args:
+        trials: The study's trials.
+        skip: Trial numbers not to rank.
+        noise_sd: The sd of one start's log tasks/h (None: the default prior's, per start);
+            the fit may find more, never less.
+    """
+    from tuner.metrics import DEFAULT_NOISE
+    from tuner.metrics.pooled import fit_pooled
+
     base = _baseline(trials)
     if base is None:
         return []
@@ -182,16 +211,84 @@ def plan_confirmation(
         if _role(t) == Role.CANDIDATE
         and is_feasible(t)
         and (t.params != base.params or TrialAttr.COPY_OF in t.user_attrs)
+        and (t.value or 0.0) > 0
+    ]
+    if not candidates:
+        return []
+    runs = [
+        (_pooled_params(t), float(t.value or 0.0))
+        for t in trials
+        if (t in candidates or (_role(t) == Role.BASELINE and t.params == base.params))
+        and is_feasible(t)
+        and (t.value or 0.0) > 0
+    ]
+    sd = noise_sd if noise_sd is not None else DEFAULT_NOISE.log_sd / math.sqrt(2)
+    fit = fit_pooled(runs, baseline=dict(base.params), noise_sd=sd).by_key()
+    # One trial per config: its highest run (a repeated params set is the same server).
+    chosen: dict[str, FrozenTrial] = {}
+    for t in sorted(candidates, key=lambda t: (-(t.value or 0.0), t.number)):
+        if t.number not in skip:
+            chosen.setdefault(_config_json(_pooled_params(t)), t)
+    ranked = [(t, fit[key]) for key, t in chosen.items()]
+    ranked.sort(key=lambda pair: (-pair[1].p_best, -pair[1].mean, pair[0].number))
+    return ranked
+
+
+def _config_json(params: dict[str, Any]) -> str:
+    return json.dumps(params, sort_keys=True, default=str)
+
+
+def plan_confirmation(
+    trials: list[FrozenTrial],
+    k: int,
+    *,
+    skip: frozenset[int] | set[int] = frozenset(),
+    noise_sd: float | None = None,
+    rank: Literal["pooled", "raw"] = "pooled",
+) -> list[FrozenTrial]:
+    """The baseline, then the `k` candidates most likely to be best on the pooled evidence of
+    every run (`rank_finalists`), best first, leaving out the trials in `skip` (configs the
+    correctness probe flagged). `rank="raw"`: the `k` highest search-time runs instead, the
+    rule before the pooled model (benchmarks/sample_efficiency.py compares the two)."""
+    base = _baseline(trials)
+    if base is None:
+        return []
+    if rank == "raw":
+        return [base, *_top_runs(trials, base, k, skip)]
+    ranked = rank_finalists(trials, skip=skip, noise_sd=noise_sd)
+    return [base, *(t for t, _ in ranked[:k])]
+
+
+def _top_runs(
+    trials: list[FrozenTrial], base: FrozenTrial, k: int, skip: frozenset[int] | set[int]
+) -> list[FrozenTrial]:
+    candidates = [
+        t
+        for t in trials
+        if _role(t) == Role.CANDIDATE
+        and is_feasible(t)
+        and (t.params != base.params or TrialAttr.COPY_OF in t.user_attrs)
         and t.number not in skip
     ]
-    # One run per config: a repeated params set is the same server.
     seen: list[dict[str, Any]] = []
     top: list[FrozenTrial] = []
     for t in sorted(candidates, key=lambda t: (-(t.value or 0.0), t.number)):
         if t.params not in seen:
             seen.append(t.params)
             top.append(t)
-    return [base, *top[:k]]
+    return top[:k]
+
+
+def finalists_line(ranked: Sequence[tuple[FrozenTrial, PooledConfig]], k: int) -> str:
+    """One line: the finalists and their chances of being best, on the pooled evidence."""
+    if not ranked:
+        return "confirmation: no candidate to confirm"
+    shown = ", ".join(
+        f"#{t.number} (P(best) {c.p_best:.0%}, {c.tasks_per_hour:,.0f} tasks/h pooled over "
+        f"{c.runs} run{'s' if c.runs != 1 else ''} of its own)"
+        for t, c in ranked[:k]
+    )
+    return f"confirmation: finalists by the pooled evidence of every run: {shown}"
 
 
 # Starts of the baseline a round gets before it is left unpaired: a missing baseline round is
@@ -368,7 +465,9 @@ def confirm_study(
             "optimize created"
         )
     preset = Preset.model_validate(stored)
-    store_noise(study, preset)
+    noise = store_noise(study, preset)
+    # The pooled ranking's floor for one start's noise: the verdicts' paired sd over sqrt(2).
+    start_sd = noise.log_sd / math.sqrt(2)
 
     def run_queue() -> optuna.Study:
         if study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
@@ -397,7 +496,10 @@ def confirm_study(
         queued += queue([base], 1)
         study = settle()
         skip = flagged_configs(options.storage_url, study.study_name)
-        configs = plan_confirmation(study.get_trials(deepcopy=False), plan.k, skip=skip)
+        trials = study.get_trials(deepcopy=False)
+        configs = plan_confirmation(trials, plan.k, skip=skip, noise_sd=start_sd)
+        if plan.enabled and len(configs) > 1:
+            say(finalists_line(rank_finalists(trials, skip=skip, noise_sd=start_sd), plan.k))
         # The baseline alone has nothing to be paired with: re-running it would cost server
         # starts and decide nothing (a study of --n-trials 1, or one whose candidates all
         # failed or were flagged).
