@@ -8,7 +8,8 @@ What it reads: every `benchmarks/data/grid-*.json` (each a session: one recordin
 machine; only configs started more than once carry noise) and every record of every
 `benchmarks/data/repeatability-*-cpu.json` (each record a session of interleaved rounds A B A
 B ...; GPU records such as repeatability-qwen3.8-27b-shape-h200.json are the GPU's noise,
-docs/gpu-validation.md). A new recording dropped there is fitted on the next run; nothing is listed by hand.
+docs/gpu-validation.md). A new recording dropped there is fitted on the next run; nothing is
+listed by hand.
 (The real A/A study of docs/decisions.md left no data file, only four tasks/h in prose, so it
 is not fitted.)
 
