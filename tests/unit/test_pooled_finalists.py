@@ -125,8 +125,8 @@ def test_one_lucky_run_is_not_a_finalist_when_its_knobs_did_badly_everywhere_els
             ({"method": "b", "kv": 3, "seqs": 8}, 1080.0, c),
             ({"method": "a", "kv": 3, "seqs": 8}, 1210.0, c),  # #7
             ({"method": "c", "kv": 2, "seqs": 8}, 950.0, c),
-            (BASE, 1110.0, b),  # a re-run of the baseline during the search
-            (BASE, 905.0, b),  # the floor start: starts of one server move about 10%
+            (BASE, 1110.0, Role.BASELINE_RERUN),  # a re-run of the baseline during the search
+            (BASE, 905.0, Role.CONFIRM),  # the floor start: starts of one server move ~10%
         ]
     )
     trials = study.get_trials()

@@ -189,9 +189,11 @@ def rank_finalists(
     """The feasible candidates' configs, most likely best first, from every run of the study.
 
     Each config is ranked by the pooled model (`tuner.metrics.pooled`) fitted to the log
-    search-time value of every feasible run, the baseline's starts included: its probability of
-    being the best candidate, then its posterior mean. One trial stands for each config (its
-    highest run). Trials in `skip` (configs the correctness probe flagged) are not ranked.
+    search-time value of every feasible run, every start of the baseline included (as
+    measured: a drift correction would make the baseline's starts agree by construction): its
+    probability of being the best candidate, then its posterior mean. One trial stands for
+    each config (its highest run). Trials in `skip` (configs the correctness probe flagged)
+    are not ranked.
 
     Args:
         trials: The study's trials.
@@ -215,10 +217,21 @@ def rank_finalists(
     ]
     if not candidates:
         return []
+    # Every start of the baseline's config (trial 0, its re-runs during the search, the floor):
+    # their spread is the study's own evidence of the between-start noise.
+    starts = (Role.BASELINE, Role.BASELINE_RERUN, Role.CONFIRM)
+    numbers = {t.number for t in candidates}
     runs = [
         (_pooled_params(t), float(t.value or 0.0))
         for t in trials
-        if (t in candidates or (_role(t) == Role.BASELINE and t.params == base.params))
+        if (
+            t.number in numbers
+            or (
+                _role(t) in starts
+                and t.params == base.params
+                and TrialAttr.COPY_OF not in t.user_attrs
+            )
+        )
         and is_feasible(t)
         and (t.value or 0.0) > 0
     ]
