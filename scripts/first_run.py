@@ -12,8 +12,9 @@ timeline from Optuna's own trial timestamps, and what `tuner export` prints for 
 main command prints at its start, a function of the preset and the recorded run seconds) and
 leaves the recorded run as it was, for a change of the preset's defaults.
 
-Without arguments after `--` it runs the README's main command (`--model smollm2-135m --gpu cpu
---n-trials 6`, about half an hour on 2 cores). The study goes to a fresh SQLite file in a temp
+Without arguments after `--` it runs the README's main command (`README_ARGS`: `--model
+smollm2-135m --gpu cpu --n-trials 5 --confirm 1,2`, sized to finish within 45 min on the slowest
+CPU seen). The study goes to a fresh SQLite file in a temp
 directory. `--lock FILE` takes that lock (flock) before starting, and the clock starts once it is
 held. The file holds the command, the machine (cores, load average at the start), the wall time,
 everything the command printed (its progress lines: output to a file is not a terminal), the
@@ -41,19 +42,23 @@ from tuner.study.search.roles import DEFAULT_BASELINE_EVERY  # noqa: E402
 from tuner.study.space import load_preset  # noqa: E402
 from tuner.study.stages.confirm import parse_confirm  # noqa: E402
 
-# The README's main command: a confirmation capped at 4 rounds of the top candidate, where the
-# default (2,10, docs/decision-sim.md) costs up to 36 server runs, about 1 h 41 min on a Zen 4.
-README_CONFIRM = "1,4"
+# The README's main command: five trials and a confirmation of the top candidate capped at 2
+# rounds, where the default (2,10, docs/decision-sim.md) costs up to 36 server runs, about 1 h 41
+# min on a Zen 4. It is sized for the slowest CPU seen (a Zen 3 without AVX-512, issue 33): there
+# a server run of the CPU preset took about 300 s, so 15 runs (6 trials, 1,4) took over an hour.
+README_TRIALS = 5
+README_CONFIRM = "1,2"
 README_ARGS = [
     "--model",
     "smollm2-135m",
     "--gpu",
     "cpu",
     "--n-trials",
-    "6",
+    str(README_TRIALS),
     "--confirm",
     README_CONFIRM,
 ]
+README_COMMAND = "tuner optimize " + " ".join(README_ARGS)
 
 
 def _tuner(*args: str) -> list[str]:
@@ -100,12 +105,11 @@ def main() -> int:
         "# A first run, recorded (written by scripts/first_run.py)",
         "",
         f"Command: `{command}`, output to a file (not a terminal), a fresh SQLite file.",
-        f"Machine: {os.cpu_count()} cores, load average {load[0]:.1f} at the start; "
+        f"Machine: {_cpu()}, {os.cpu_count()} cores, load average {load[0]:.1f} at the start; "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.",
         f"Exit status {code}; wall time {wall:.0f} s ({minutes(wall)}).",
         "",
-        "What the README's main command (`tuner optimize --model smollm2-135m --gpu cpu "
-        "--n-trials 6`) prints as its first estimate:",
+        f"What the README's main command (`{README_COMMAND}`) prints as its first estimate:",
         "",
         "```",
         readme_estimate,
@@ -148,9 +152,31 @@ def _readme_estimate() -> str:
     preset = load_preset(model="smollm2-135m", gpu="cpu")
     plan = parse_confirm(README_CONFIRM)
     reruns, confirm = planned_runs(
-        6, k=plan.k, rounds=plan.rounds, confirm=plan.enabled, baseline_every=DEFAULT_BASELINE_EVERY
+        README_TRIALS,
+        k=plan.k,
+        rounds=plan.rounds,
+        confirm=plan.enabled,
+        baseline_every=DEFAULT_BASELINE_EVERY,
     )
-    return estimate_line(preset, 6, confirm, reruns=reruns, window_s=preset.window_s)
+    return estimate_line(preset, README_TRIALS, confirm, reruns=reruns, window_s=preset.window_s)
+
+
+def _cpu() -> str:
+    """The CPU as /proc/cpuinfo names it, with family/model and whether it has bf16 instructions."""
+    fields: dict[str, str] = {}
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return "CPU unknown"
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    flags = set(fields.get("flags", "").split())
+    bf16 = "avx512_bf16" if "avx512_bf16" in flags else "amx_bf16" if "amx_bf16" in flags else ""
+    return (
+        f"{fields.get('model name', 'CPU')} (family/model {fields.get('cpu family', '?')}/"
+        f"{fields.get('model', '?')}, {'with ' + bf16 if bf16 else 'no bf16 instructions'})"
+    )
 
 
 def _existing(url: str, out: Path) -> int:
@@ -177,8 +203,7 @@ def _existing(url: str, out: Path) -> int:
         f"{span.total_seconds():.0f} s ({minutes(span.total_seconds())}); one run "
         f"{walls[0]:.0f}-{walls[-1]:.0f} s (worker wall time).",
         "",
-        "What the README's main command (`tuner optimize --model smollm2-135m --gpu cpu "
-        "--n-trials 6`) prints as its first estimate:",
+        f"What the README's main command (`{README_COMMAND}`) prints as its first estimate:",
         "",
         "```",
         _readme_estimate(),
