@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["PooledConfig", "PooledFit", "fit_pooled"]
+__all__ = ["PooledConfig", "PooledFit", "fit_pooled", "pooled_key"]
 
 # Empirical-Bayes grids: the sd of one knob value's effect on log tasks/h, and of a config's
 # departure from the additive part.
@@ -85,7 +85,8 @@ class PooledFit:
         return {c.key: c for c in self.configs}
 
 
-def _key(params: Mapping[str, Any]) -> str:
+def pooled_key(params: Mapping[str, Any]) -> str:
+    """A config's key in `PooledFit.by_key` (its params as sorted JSON)."""
     return json.dumps(dict(params), sort_keys=True, default=str)
 
 
@@ -152,15 +153,15 @@ def fit_pooled(
     kept = [(dict(p), float(v)) for p, v in runs if v > 0]
     if not kept:
         raise ValueError("no run with tasks/h above 0 to fit")
-    keys = sorted({_key(p) for p, _ in kept})
-    params = {_key(p): p for p, _ in kept}
+    keys = sorted({pooled_key(p) for p, _ in kept})
+    params = {pooled_key(p): p for p, _ in kept}
     configs = [params[k] for k in keys]
     index = {k: i for i, k in enumerate(keys)}
     x_cfg, _names = _design(configs, baseline)
     n_cfg, n_eff = len(keys), x_cfg.shape[1]
     # theta = [intercept, effects..., u per config]; a config's mean = c_cfg @ theta.
     c_cfg = np.hstack([np.ones((n_cfg, 1)), x_cfg, np.eye(n_cfg)])
-    rows = [index[_key(p)] for p, _ in kept]
+    rows = [index[pooled_key(p)] for p, _ in kept]
     z = c_cfg[rows]
     y = np.array([math.log(v) for _, v in kept])
     center = float(y.mean())
@@ -177,7 +178,7 @@ def fit_pooled(
     _, s, tau, sigma, mean, cov = best
     mu = c_cfg @ mean + center
     var = np.einsum("ij,jk,ik->i", c_cfg, cov, c_cfg)
-    base_key = _key(baseline)
+    base_key = pooled_key(baseline)
     candidates = [i for i, k in enumerate(keys) if k != base_key]
     p_best = np.full(n_cfg, math.nan)
     if candidates:

@@ -174,6 +174,17 @@ def _baseline(trials: list[FrozenTrial]) -> FrozenTrial | None:
     return next((t for t in trials if _role(t) == Role.BASELINE and is_feasible(t)), None)
 
 
+def _candidates(trials: list[FrozenTrial], base: FrozenTrial) -> list[FrozenTrial]:
+    """Feasible candidates that are not the baseline's server (a copy of it counts)."""
+    return [
+        t
+        for t in trials
+        if _role(t) == Role.CANDIDATE
+        and is_feasible(t)
+        and (t.params != base.params or TrialAttr.COPY_OF in t.user_attrs)
+    ]
+
+
 def _pooled_params(t: FrozenTrial) -> dict[str, Any]:
     # A copy of the baseline (an A/A control) is a config of its own for the ranking.
     copy = t.user_attrs.get(TrialAttr.COPY_OF)
@@ -202,19 +213,12 @@ def rank_finalists(
             the fit may find more, never less.
     """
     from tuner.metrics import DEFAULT_NOISE
-    from tuner.metrics.pooled import fit_pooled
+    from tuner.metrics.pooled import fit_pooled, pooled_key
 
     base = _baseline(trials)
     if base is None:
         return []
-    candidates = [
-        t
-        for t in trials
-        if _role(t) == Role.CANDIDATE
-        and is_feasible(t)
-        and (t.params != base.params or TrialAttr.COPY_OF in t.user_attrs)
-        and (t.value or 0.0) > 0
-    ]
+    candidates = [t for t in _candidates(trials, base) if (t.value or 0.0) > 0]
     if not candidates:
         return []
     # Every start of the baseline's config (trial 0, its re-runs during the search, the floor):
@@ -241,14 +245,10 @@ def rank_finalists(
     chosen: dict[str, FrozenTrial] = {}
     for t in sorted(candidates, key=lambda t: (-(t.value or 0.0), t.number)):
         if t.number not in skip:
-            chosen.setdefault(_config_json(_pooled_params(t)), t)
+            chosen.setdefault(pooled_key(_pooled_params(t)), t)
     ranked = [(t, fit[key]) for key, t in chosen.items()]
     ranked.sort(key=lambda pair: (-pair[1].p_best, -pair[1].mean, pair[0].number))
     return ranked
-
-
-def _config_json(params: dict[str, Any]) -> str:
-    return json.dumps(params, sort_keys=True, default=str)
 
 
 def plan_confirmation(
@@ -275,14 +275,7 @@ def plan_confirmation(
 def _top_runs(
     trials: list[FrozenTrial], base: FrozenTrial, k: int, skip: frozenset[int] | set[int]
 ) -> list[FrozenTrial]:
-    candidates = [
-        t
-        for t in trials
-        if _role(t) == Role.CANDIDATE
-        and is_feasible(t)
-        and (t.params != base.params or TrialAttr.COPY_OF in t.user_attrs)
-        and t.number not in skip
-    ]
+    candidates = [t for t in _candidates(trials, base) if t.number not in skip]
     seen: list[dict[str, Any]] = []
     top: list[FrozenTrial] = []
     for t in sorted(candidates, key=lambda t: (-(t.value or 0.0), t.number)):
@@ -510,13 +503,16 @@ def confirm_study(
         study = settle()
         skip = flagged_configs(options.storage_url, study.study_name)
         trials = study.get_trials(deepcopy=False)
-        configs = plan_confirmation(trials, plan.k, skip=skip, noise_sd=start_sd)
-        if plan.enabled and len(configs) > 1:
-            say(finalists_line(rank_finalists(trials, skip=skip, noise_sd=start_sd), plan.k))
+        # The pooled fit once: it gives both the finalists (`plan_confirmation`'s) and the
+        # line that names them.
+        ranked = rank_finalists(trials, skip=skip, noise_sd=start_sd)
+        fresh = _baseline(trials)
+        configs = [fresh, *(t for t, _ in ranked[: plan.k])] if fresh is not None else []
         # The baseline alone has nothing to be paired with: re-running it would cost server
         # starts and decide nothing (a study of --n-trials 1, or one whose candidates all
         # failed or were flagged).
         if plan.enabled and len(configs) > 1:
+            say(finalists_line(ranked, plan.k))
             study.set_user_attr(StudyAttr.CONFIRM_PLAN, plan.looks())
             # A resumed (or extended) stage first completes the rounds already begun.
             rounds = max(plan.first_look, min(_rounds_begun(study, configs), plan.rounds))
