@@ -9,7 +9,7 @@ from statistics import NormalDist
 import numpy as np
 import pytest
 
-from tuner.metrics import PairedEstimate
+from tuner.metrics import BetweenRunNoise, PairedEstimate
 from tuner.results.export_rule import WIN_ALPHA, look_level, look_levels, next_look
 from tuner.study.stages.confirm import ConfirmPlan, parse_confirm
 
@@ -38,6 +38,30 @@ def _est(ratio: float, low: float, high: float, p: float) -> PairedEstimate:
     return PairedEstimate(ratio, low, high, rounds=4, tasks=12, p_value=p)
 
 
+def _sd_est(ratio: float, sd: float, rounds: int, df: int) -> PairedEstimate:
+    noise = BetweenRunNoise(sd, df, "test")
+    return PairedEstimate(ratio, 0.0, math.inf, rounds=rounds, tasks=12, df=df, noise=noise)
+
+
+def test_the_upper_bound_is_the_t_quantile_of_the_estimates_own_spread() -> None:
+    # Worked by hand: x1.00 over 4 rounds, sd 0.06 of a round over 5 df: se 0.03, and the
+    # one-sided 95% quantile of t with 5 df is 2.015048 (tables), so exp(0.0604514) = 1.06232.
+    assert _sd_est(1.0, 0.06, 4, 5).upper(0.05) == pytest.approx(1.062316, abs=1e-5)
+    assert _sd_est(1.0, 0.06, 4, 5).upper(0.025) == pytest.approx(math.exp(2.570582 * 0.03))
+    # Nothing to bound it with: no futility from an estimate without degrees of freedom.
+    assert _sd_est(1.0, 0.06, 4, 0).upper(0.05) == math.inf
+
+
+def test_a_copy_stops_for_futility_only_when_even_its_optimistic_end_is_under_5_percent() -> None:
+    # x1.00 with se 0.03 (upper 1.062): a 5% gain is still possible, so one more round.
+    assert not next_look({1: _sd_est(1.0, 0.06, 4, 5)}, 4, 2, 10).stop
+    # The same estimate with se 0.02 over more df (upper 1.035): nothing left to win.
+    assert next_look({1: _sd_est(1.0, 0.04, 4, 8)}, 4, 2, 10).stop
+    # One config still live keeps the stage going, whatever the others read.
+    live = next_look({1: _sd_est(0.9, 0.04, 4, 8), 2: _sd_est(1.03, 0.06, 4, 5)}, 4, 2, 10)
+    assert not live.stop
+
+
 def test_a_look_stops_on_a_win_on_futility_or_at_the_cap() -> None:
     level = look_level(4, 2, 10)
     win = next_look({1: _est(1.3, 1.2, 1.4, level / 2), 2: None}, 4, 2, 10)
@@ -45,8 +69,8 @@ def test_a_look_stops_on_a_win_on_futility_or_at_the_cap() -> None:
     # p = 0.01 would pass a single test at 2.5%, not this early look.
     early = next_look({1: _est(1.1, 1.01, 1.2, 0.01)}, 4, 2, 10)
     assert not early.stop and "one more round" in early.reason
-    futile = next_look({1: _est(0.97, 0.94, 1.01, 0.9), 2: _est(0.9, 0.8, 0.99, 0.99)}, 4, 2, 10)
-    assert futile.stop and futile.winner is None and "2%" in futile.reason
+    futile = next_look({1: _sd_est(1.0, 0.02, 4, 5), 2: _sd_est(0.9, 0.05, 4, 5)}, 4, 2, 10)
+    assert futile.stop and futile.winner is None and "5%" in futile.reason
     cap = next_look({1: _est(1.05, 0.95, 1.15, 0.1)}, 10, 2, 10)
     assert cap.stop and cap.winner is None and "cap of 10" in cap.reason
     assert math.isclose(cap.level, look_levels(2, 10)[-1])

@@ -438,6 +438,14 @@ class PairedEstimate:
         """The whole interval is below 1."""
         return self.high < 1.0
 
+    def upper(self, level: float) -> float:
+        """The one-sided upper confidence bound of the ratio at `level` (e.g. 0.05: the ratio
+        is below it with 95% confidence), from the same t distribution as the interval."""
+        if self.rounds < 1 or self.df < 1:
+            return math.inf
+        se = self.noise.log_sd / math.sqrt(self.rounds)
+        return math.exp(math.log(self.ratio) + student_t_quantile(1 - level, self.df) * se)
+
     def describe(self) -> str:
         """e.g. "x1.12 [1.05, 1.19] over 3 rounds of 12 tasks (...between-run...)"."""
         rounds = f"{self.rounds} round{'s' if self.rounds != 1 else ''}"

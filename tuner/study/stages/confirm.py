@@ -124,7 +124,8 @@ class ConfirmPlan:
         box one candidate confirmed in 3 fixed rounds found a true +10% in about 4 studies of
         10, and no cap with one candidate reached 8; the runner-up's slot (the search often
         ranks the real gain second) and sequential rounds up to 10 did, and a decided verdict
-        stops early. GPU presets borrow the CPU figures: no GPU repeat is recorded.
+        stops early. GPU presets use the same plan; their verdicts use the noise measured on
+        H200s (the presets' `between_run`), not the CPU prior.
         """
         if preset.confirm is not None:
             return cls(preset.confirm.top_k, preset.confirm.rounds)
