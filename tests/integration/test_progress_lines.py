@@ -49,7 +49,13 @@ def test_optimize_to_a_file_prints_a_line_per_trial_and_an_eta(tmp_path: Path) -
         **os.environ,
         "TUNER_VLLM_COMMAND": f"{sys.executable} -m tuner.testing.fake_vllm",
         "TUNER_CACHE_DIR": str(tmp_path / "cache"),
+        # A home of its own: the local Ray's token must not be left in it (Ray 2.5x writes
+        # ~/.ray/auth_token for a new local instance unless told where the token is).
+        "HOME": str(tmp_path / "home"),
     }
+    for var in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+        env.pop(var, None)
+    (tmp_path / "home").mkdir()
     log = tmp_path / "optimize.log"
     argv = [
         sys.executable, "-m", "tuner.cli", "optimize", "--space", str(space), "--storage",
@@ -59,6 +65,7 @@ def test_optimize_to_a_file_prints_a_line_per_trial_and_an_eta(tmp_path: Path) -
         proc = subprocess.run(argv, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=600)
     text = log.read_text()
     assert proc.returncode == 0, text
+    assert not (tmp_path / "home" / ".ray").exists(), list((tmp_path / "home").rglob("*"))
     lines = text.splitlines()
     stamped = [line for line in lines if re.match(r"\[\d+:\d\d:\d\d\] ", line)]
     # The estimate from the preset comes before anything ran, and says it is one.

@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import shlex
-import shutil
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -396,7 +395,7 @@ def _one_ray(address: str | None) -> Iterator[None]:
     """Ray for the whole command: a local instance, or the cluster at `address`, joined once."""
     import ray
 
-    from tuner.study.search.driver import _start_ray
+    from tuner.study.search.driver import _start_ray, _stop_ray
 
     if ray.is_initialized():
         yield
@@ -406,6 +405,4 @@ def _one_ray(address: str | None) -> Iterator[None]:
     try:
         yield
     finally:
-        ray.shutdown()
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
+        _stop_ray(tmp)

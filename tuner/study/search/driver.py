@@ -22,6 +22,7 @@ import contextlib
 import json
 import logging
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -245,6 +246,53 @@ class _NoTokenNotice(logging.Filter):
 _RAY_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
 
 
+def _private_token(ray_tmp: Path) -> None:
+    """A new local instance's token file, in its own temp dir, not in the user's home.
+
+    With token authentication on (Ray 2.5x's default for a local `ray.init()`) and no token
+    anywhere, Ray writes a new one to ~/.ray/auth_token and leaves it there after the study.
+    Unless the user chose (RAY_AUTH_MODE=disabled, RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH set, or
+    a ~/.ray/auth_token of their own, which Ray then uses), the instance gets a 0600 file in its
+    private temp dir, named by RAY_AUTH_TOKEN_PATH for the driver and, through the environment,
+    for Ray's daemons and workers; `_stop_ray` removes both.
+    """
+    if os.environ.get("RAY_AUTH_MODE", "").lower() == "disabled":
+        return
+    if any(os.environ.get(v) for v in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")):
+        return
+    if (Path.home() / ".ray" / "auth_token").exists():
+        return
+    path = ray_tmp / "auth_token"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_hex(32))
+    os.environ["RAY_AUTH_TOKEN_PATH"] = str(path)
+    _reset_token_cache()
+
+
+def _reset_token_cache() -> None:
+    # Ray's C++ loader caches the token it found first; a second local instance in this
+    # process has another file. A best effort: the loader is Ray's internal API.
+    with contextlib.suppress(Exception):
+        from ray._raylet import AuthenticationTokenLoader  # type: ignore[attr-defined]
+
+        AuthenticationTokenLoader.instance().reset_cache()
+
+
+def _stop_ray(ray_tmp: Path | None) -> None:
+    """Shut Ray down; a local instance's temp dir and private token go with it."""
+    import ray
+
+    ray.shutdown()
+    if ray_tmp is None:
+        return
+    shutil.rmtree(ray_tmp, ignore_errors=True)
+    token = os.environ.get("RAY_AUTH_TOKEN_PATH")
+    if token and Path(token).parent == ray_tmp:
+        del os.environ["RAY_AUTH_TOKEN_PATH"]
+        _reset_token_cache()
+
+
 def _start_ray(address: str | None) -> Path | None:
     """Start or join Ray; the private temp dir of a local instance this call started."""
     import ray
@@ -261,6 +309,7 @@ def _start_ray(address: str | None) -> Path | None:
     # address="local": never join another study's instance found through /tmp/ray; a temp
     # dir of its own keeps two local instances' sessions and sockets apart.
     ray_tmp = Path(tempfile.mkdtemp(prefix="tuner-ray-", dir=_short_tmp()))
+    _private_token(ray_tmp)
     ray.init(
         address="local",
         num_cpus=os.cpu_count() or 1,
@@ -427,9 +476,7 @@ def _run(preset: Preset, options: OptimizeOptions, *, budgeted: bool) -> StudySu
         if store is not None:
             store.close()
         if ray_tmp is not None or joined:
-            ray.shutdown()
-        if ray_tmp is not None:
-            shutil.rmtree(ray_tmp, ignore_errors=True)
+            _stop_ray(ray_tmp)
     return _summary(study, outcome)
 
 
