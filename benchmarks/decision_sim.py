@@ -307,9 +307,11 @@ def simulate_new(
 
     rounds = plan.rounds if plan.enabled else 1
     done, reason = 0, ""
+    dropped: set[int] = set()  # futile at a look while the stage went on: no more rounds
     for r in range(rounds):
         order = [0] if r == 0 else []  # the floor start ran first, alone
-        order += [i for i in round_order(picked, r) if not (r == 0 and i == 0)]
+        live = [i for i in picked if i not in dropped]
+        order += [i for i in round_order(live, r) if not (r == 0 and i == 0)]
         for i in order:
             run = machine.start(1.0 if i == 0 else speeds[i - 1])
             rows.append(
@@ -322,6 +324,7 @@ def simulate_new(
             reason = look.reason
             if look.stop:
                 break
+            dropped |= set(look.futile)
     choice = choose_export(results())
     exported = None if choice.trial.number == 0 else choice.trial.number
     return Outcome(exported, machine.index, tuple(i for i in picked if i), done, reason)

@@ -41,11 +41,11 @@ def fake_ray() -> Iterator[None]:
         yield
 
 
-def _preset(*, lossy: bool) -> Preset:
+def _preset(*, lossy: bool, speedup: float = 4.0) -> Preset:
     server_env = {
         "FAKE_VLLM_STARTUP_S": "0.5",
         "FAKE_VLLM_TOKEN_DELAY_S": "0.01",
-        "FAKE_VLLM_SPEC_SPEEDUP": "4",
+        "FAKE_VLLM_SPEC_SPEEDUP": str(speedup),
     }
     if lossy:
         server_env["FAKE_VLLM_CHANGE_OUTPUTS"] = "1"
@@ -150,3 +150,44 @@ def test_a_flagged_config_is_skipped_and_the_floor_runs_with_confirm_0(
     assert summary.configs == (0,) and summary.queued == 0
     study = optuna.load_study(study_name="fake", storage=options.storage_url)
     assert _order(study) == [(0, 0)]
+
+
+def test_a_futile_config_is_dropped_and_the_stage_stops_when_none_can_gain(
+    fake_ray: None, tmp_path: Path
+) -> None:
+    # Two finalists: the n-gram config, made twice as slow (FAKE_VLLM_SPEC_SPEEDUP 0.5), and a
+    # copy of the baseline (`--also-try baseline`). After the first look the slow one cannot
+    # gain 5% and gets no more rounds; the copy runs on until its upper bound is under x1.05
+    # too. Before issue 34's futility rule both ran to the cap.
+    from tuner.study import open_study
+    from tuner.study.search.roles import enqueue_baseline_copy
+
+    preset = _preset(lossy=False, speedup=0.5)
+    options = fake_options(tmp_path, 1)
+    optimize(preset, options)  # the baseline
+    study = open_study(preset, options)
+    study.enqueue_trial(NGRAM, user_attrs={TrialAttr.ROLE: "candidate"})
+    assert enqueue_baseline_copy(study, study.trials[0].params)
+    optimize(preset, fake_options(tmp_path, 2))
+    lines: list[str] = []
+    summary = confirm_study(options, ConfirmPlan(k=2, rounds=8), say=lines.append)
+    assert set(summary.configs) == {0, 1, 2}, summary
+
+    study = optuna.load_study(study_name="fake", storage=options.storage_url)
+    rounds: dict[int, list[int]] = {}
+    for of, r in _order(study):
+        rounds.setdefault(of, []).append(r)
+    slow = next(n for n in (1, 2) if study.trials[n].params.get("method") == "ngram")
+    copy = 3 - slow
+    assert rounds[slow] == [0, 1], rounds  # dropped at the first look, after round 2
+    assert rounds[copy] == list(range(len(rounds[copy]))) and 3 <= len(rounds[copy]) < 8
+    assert rounds[0] == rounds[copy]  # every round (round 0's is the floor start)
+    assert any(f"one more round without #{slow}" in line for line in lines), lines
+    assert summary.stopped is not None and "no config can still beat" in summary.stopped[1]
+    # Its verdict stands on the rounds it ran.
+    verdict = judge_study(load_results(options.storage_url, "fake"))[slow]
+    assert verdict.paired is not None and verdict.paired.rounds == 2
+    assert verdict.paired.ratio < 0.8
+    # Resumed (a second driver, or the same command again): the drop is found again and
+    # nothing is queued for the dropped config.
+    assert confirm_study(options, ConfirmPlan(k=2, rounds=8)).queued == 0

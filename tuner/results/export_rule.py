@@ -10,10 +10,12 @@ study's verdicts (`tuner.results.decision`), the load sweep (`tuner.results.load
 Sequential confirmation (`--confirm K,MAX`): the verdict is looked at after `first_look`
 rounds and after every round after it, up to MAX; the stage stops at the first look where a
 config wins, or where no config can still be worth it (futility: every config's one-sided
-upper bound at `FUTILE_LEVEL` is below `FUTILE_BELOW`, a 5% gain), else at MAX. Futility is
-non-binding: it only stops rounds, never lets a config win, so it cannot add false wins; what
-it costs is power, a true gain whose early rounds read low, and the decision simulation
-(benchmarks/decision_sim.py) measures both that and the server runs it saves.
+upper bound at `FUTILE_LEVEL` is below `FUTILE_BELOW`, a 5% gain), else at MAX. A config that
+is futile while another is not gets no more rounds (it is dropped; its verdict stands on the
+rounds it ran). Futility is non-binding: it only stops rounds, never lets a config win, so it
+adds no false wins; what it costs is power, a true gain whose early rounds read low, and the
+decision simulation (benchmarks/decision_sim.py) measures both that and the server runs it
+saves.
 
 Looking several times at growing data would let chance through more often than `WIN_ALPHA`,
 so each look spends a part of it: a Lan-DeMets spending function of the O'Brien-Fleming
@@ -144,6 +146,9 @@ class Look:
     stop: bool
     winner: int | None
     reason: str
+    # Configs that cannot win any more (futile, or nothing paired): when the stage goes on,
+    # they get no more rounds; their verdicts stand on the rounds they ran.
+    futile: tuple[int, ...] = ()
 
 
 def next_look(
@@ -163,16 +168,26 @@ def next_look(
             f"#{winner} beats the baseline at this look's level (one-sided p = "
             f"{e.p_value:.2g} <= {level:.2g})",
         )
-    live = [e for e in tests.values() if e is not None and e.upper(FUTILE_LEVEL) >= FUTILE_BELOW]
-    if not live:
+    futile = tuple(k for k, e in tests.items() if e is None or e.upper(FUTILE_LEVEL) < FUTILE_BELOW)
+    gain = f"{100 * (FUTILE_BELOW - 1):.0f}%"
+    bound = f"one-sided {100 * (1 - FUTILE_LEVEL):.0f}% upper bound"
+    if len(futile) == len(tests):
         return Look(
             rounds,
             level,
             True,
             None,
-            f"no config can still beat the baseline by {100 * (FUTILE_BELOW - 1):.0f}% "
-            f"(every one-sided {100 * (1 - FUTILE_LEVEL):.0f}% upper bound is below it)",
+            f"no config can still beat the baseline by {gain} (every {bound} is below it)",
+            futile,
         )
     if rounds >= max_rounds:
-        return Look(rounds, level, True, None, f"the cap of {max_rounds} rounds, undecided")
-    return Look(rounds, level, False, None, f"undecided at level {level:.2g}: one more round")
+        return Look(rounds, level, True, None, f"the cap of {max_rounds} rounds, undecided", futile)
+    reason = f"undecided at level {level:.2g}: one more round"
+    if futile:
+        names = ", ".join(f"#{k}" for k in futile)
+        reason += (
+            f" without {names} (its {bound} is under a {gain} gain, or nothing is paired)"
+            if len(futile) == 1
+            else f" without {names} (their {bound}s are under a {gain} gain, or nothing is paired)"
+        )
+    return Look(rounds, level, False, None, reason, futile)

@@ -44,7 +44,9 @@ Lifecycle of `confirm_study`:
    (`tuner.study.search.driver.run_waiting`); queue a failed baseline round again and run it;
    wait for other drivers' runs until no run is queued or running. Look at the verdict on
    those rounds (`tuner.results.export.confirmation_look`): stop when a config wins at the
-   look's level, when no config can still gain 2%, or at the cap; else one more round.
+   look's level, when no config can still gain 5% (futility), or at the cap; else one more
+   round, without the configs that are futile (dropped: their verdicts stand on the rounds
+   they ran; a resumed or second driver finds the same drops by looking again).
    The plan and the stop (rounds, reason) are stored on the study for the export.
 5. Judge every config and write the verdicts, the workload mode and its meaning as study user
    attributes, which optuna-dashboard shows.
@@ -517,11 +519,14 @@ def confirm_study(
             study.set_user_attr(StudyAttr.CONFIRM_PLAN, plan.looks())
             # A resumed (or extended) stage first completes the rounds already begun.
             rounds = max(plan.first_look, min(_rounds_begun(study, configs), plan.rounds))
+            # Configs an earlier look dropped (futile): the same looks again, on the same runs.
+            dropped = _dropped_before(options, study.study_name, rounds, plan)
             while True:
+                live = [c for c in configs if c.number not in dropped]
                 # Until every run of the rounds is finished, by whichever driver: a later pass
                 # re-runs a baseline round that failed in an earlier one (here or elsewhere).
                 while True:
-                    more = queue(configs, rounds)
+                    more = queue(live, rounds)
                     queued += more
                     if not more and not _open_runs(study.get_trials(deepcopy=False)):
                         break
@@ -532,6 +537,7 @@ def confirm_study(
                 if look.stop:
                     stopped = (rounds, look.reason)
                     break
+                dropped |= set(look.futile)
                 rounds += 1
     verdicts = record_verdicts(study, options.storage_url)
     if stopped is not None:
@@ -548,6 +554,19 @@ def _rounds_begun(study: optuna.Study, configs: list[FrozenTrial]) -> int:
         if _role(t) == Role.CONFIRM and t.user_attrs.get(TrialAttr.CONFIRM_OF) in numbers
     ]
     return max(rounds, default=-1) + 1
+
+
+def _dropped_before(options: Any, study_name: str, rounds: int, plan: ConfirmPlan) -> set[int]:
+    """The configs the looks before round `rounds` dropped (futile while the stage went on).
+
+    Each look is a function of the runs of its rounds, so looking again gives the drops the
+    stage made before it was interrupted, or another driver's: none of them is run again."""
+    dropped: set[int] = set()
+    for r in range(plan.first_look, min(rounds, plan.rounds)):
+        look = _look(options, study_name, r, plan)
+        if not look.stop:
+            dropped |= set(look.futile)
+    return dropped
 
 
 def _look(options: Any, study_name: str, rounds: int, plan: ConfirmPlan) -> Look:
