@@ -86,6 +86,10 @@ class ScriptedBackend:
         """As many as asked for."""
         return self.n_slots
 
+    def ready(self, slot: int) -> bool:
+        """Every scripted slot is always placed."""
+        return True
+
     def submit(self, slot: int, request: TrialRequest) -> None:
         """Start the scripted trial now."""
         self.submitted.append(request)

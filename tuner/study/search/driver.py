@@ -565,6 +565,11 @@ class _Sizing:
         """The wrapped backend's."""
         return self._backend.slots
 
+    def ready(self, slot: int) -> bool:
+        """The wrapped backend's: a wrapper that answered for it would start trials on slots
+        that cannot run them (a lost node's replacement worker, not placed yet)."""
+        return self._backend.ready(slot)
+
     def submit(self, slot: int, request: TrialRequest) -> None:
         """Start `request` on the wrapped backend."""
         self._backend.submit(slot, request)

@@ -187,7 +187,7 @@ class StudyLoop:
             self._beat()
             busy = {r.slot for r in self.inflight.values()}
             for slot in range(self.backend.slots):
-                if slot not in busy and _slot_ready(self.backend, slot) and self._may_start():
+                if slot not in busy and self.backend.ready(slot) and self._may_start():
                     # Look again and take the trial under the study's lock: two drivers that
                     # both saw room for the last trial would otherwise both start one.
                     with self._claim():
@@ -508,12 +508,6 @@ class StudyLoop:
             return
         total = max((int(r) for r in rounds if r is not None), default=int(round_)) + 1
         lines.say(f"confirmation round {int(round_) + 1} of {total} done")
-
-
-def _slot_ready(backend: TrialBackend, slot: int) -> bool:
-    """The backend's optional `ready(slot)` (a Ray slot waiting for a node); True without it."""
-    ready = getattr(backend, "ready", None)
-    return True if ready is None else bool(ready(slot))
 
 
 def _best_line(trials: list[FrozenTrial], unit: str = "tasks/h") -> str:

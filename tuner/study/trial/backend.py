@@ -78,6 +78,11 @@ class TrialBackend(Protocol):
         """Trials that may run at once."""
         ...
 
+    def ready(self, slot: int) -> bool:
+        """Whether the slot can take a trial now (a Ray slot whose worker lost its node waits
+        until its replacement is placed; a trial submitted before would wait with it)."""
+        ...
+
     def submit(self, slot: int, request: TrialRequest) -> None:
         """Start `request` on an idle slot."""
         ...

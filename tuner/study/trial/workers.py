@@ -49,9 +49,13 @@ CPU_SLOT_RESOURCE = "tuner_cpu_slot"
 # after a few missed beats (Ray's defaults: 5 of 3 s), and the worker's death reaches the
 # driver first. A worker that crashed on a live node costs this wait once.
 NODE_DEATH_WAIT_S = 30.0
-# How long a study's start waits for its workers to be placed (the slot check has made sure
-# the cluster offers them; a worker process starts in seconds).
+# How long a study's start waits for its first worker to be placed (the slot check has made
+# sure the cluster offers the slots; a worker process starts in seconds), then for the others:
+# a slot placed later is used from then on (`ready`). Waiting for every slot cost the full
+# wait whenever one could not be placed (a node lost earlier in the study: its replacement
+# waits for hardware that is gone), before every later stage that starts workers.
 PLACEMENT_WAIT_S = 120.0
+PLACEMENT_GRACE_S = 10.0
 
 
 @ray.remote(num_cpus=0)
@@ -196,8 +200,10 @@ class RayBackend:
         self._node_refs = [w.node_id.remote() for w in self._workers]
         self._nodes: list[str | None] = [None] * slots
         # The first placement takes a moment (a worker process starts on its node); the
-        # loop starts trials on ready slots only, so wait for it here.
-        ray.wait(self._node_refs, num_returns=slots, timeout=PLACEMENT_WAIT_S)
+        # loop starts trials on ready slots only, so wait for one here, then briefly for the
+        # rest (a slot that cannot be placed now is used once it is).
+        ray.wait(self._node_refs, num_returns=1, timeout=PLACEMENT_WAIT_S)
+        ray.wait(self._node_refs, num_returns=slots, timeout=PLACEMENT_GRACE_S)
         self._inflight: dict[Any, tuple[int, int]] = {}  # ref -> (slot, trial number)
 
     @property
