@@ -52,7 +52,7 @@ KILLED = (
     "tests/integration/test_several_drivers.py::"
     "test_a_killed_driver_s_trial_is_finished_by_the_other"
 )
-CONFIRM_ONCE = "tests/integration/test_drivers_confirm.py::test_two_drivers_confirm_once_and_agree"
+CONFIRM_LOCK = "tests/integration/test_confirm_lock.py::test_two_drivers_queue_one_round_once"
 
 VARIANTS = (
     Variant(
@@ -83,26 +83,27 @@ VARIANTS = (
         "            lost = _node_lost(node)\n",
         "            lost = False\n",
     ),
-    # Both of these passed on 2026-12-03 (docs/broken-variants.md): the killed driver's trial
-    # is queued by Optuna's stale-heartbeat callback and `recover` too, and the lock's race
-    # window (a few milliseconds) is not hit by the test. Next: a variant that stops
-    # interrupted trials from being queued anywhere, as for the lost node above.
+    # On 2026-12-03 a narrower break passed this test: a dead driver's trial marked
+    # interrupted without the requeue in `mark_interrupted` is still queued by Optuna's
+    # stale-heartbeat callback and by `recover`. Interrupted trials queued nowhere:
     Variant(
-        "no-requeue-of-a-dead-driver-s-trial",
-        "a dead driver's running trial is marked interrupted but not queued again",
+        "dead-driver-s-trial-never-requeued",
+        "a dead driver's running trial is marked interrupted but never queued again",
         KILLED,
         "tuner/study/search/resume.py",
-        "    requeue(study, study._storage.get_trial(trial_id), interrupted=True)\n    return True",
-        "    return True",
+        "    if len(history) > (MAX_INTERRUPTIONS if interrupted else MAX_RETRY):\n",
+        "    if interrupted or len(history) > MAX_RETRY:\n",
     ),
+    # The two real drivers of test_drivers_confirm.py race for a few milliseconds and passed
+    # with this break (2026-12-03); this test holds the read-then-queue window open.
     Variant(
         "confirmation-without-the-study-lock",
         "two drivers queue a confirmation round without the study's lock",
-        CONFIRM_ONCE,
+        CONFIRM_LOCK,
         "tuner/study/stages/confirm.py",
-        '        with study_lock(url, options.study_name, "confirm"):\n'
-        "            return queue_rounds(study, configs, rounds)",
+        '    with study_lock(url, study.study_name, "confirm"):\n'
         "        return queue_rounds(study, configs, rounds)",
+        "    return queue_rounds(study, configs, rounds)",
     ),
 )
 

@@ -246,7 +246,11 @@ def test_the_confirmation_stage_ran_on_the_real_build(cpu_study: CpuStudy) -> No
     runs = [t for t in results.trials if t.role == "confirm"]
     # One round: the baseline and the best candidate, each a fresh server start.
     assert [(t.confirm_of, t.confirm_round) for t in runs][:1] == [(0, 0)]
-    assert len(runs) == 2 and all(t.feasible for t in runs)
+    seen = [
+        (t.number, t.state, t.confirm_of, t.confirm_round, t.failure_kind, t.failure_reason)
+        for t in runs
+    ]
+    assert len(runs) == 2 and all(t.feasible for t in runs), seen
     assert all(t.probe is not None and len(t.probe.outputs) == 16 for t in runs)
     (confirmed,) = [v for v in judge_study(results).values() if v.confirmed]
     assert confirmed.paired is not None and confirmed.paired.rounds == 1

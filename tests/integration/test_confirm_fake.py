@@ -41,7 +41,7 @@ def fake_ray() -> Iterator[None]:
         yield
 
 
-def _preset(*, lossy: bool, speedup: float = 4.0) -> Preset:
+def _preset(*, lossy: bool, speedup: float = 4.0, tasks: int = 6) -> Preset:
     server_env = {
         "FAKE_VLLM_STARTUP_S": "0.5",
         "FAKE_VLLM_TOKEN_DELAY_S": "0.01",
@@ -51,7 +51,7 @@ def _preset(*, lossy: bool, speedup: float = 4.0) -> Preset:
         server_env["FAKE_VLLM_CHANGE_OUTPUTS"] = "1"
     data = fake_preset(
         server_env,
-        tasks=6,
+        tasks=tasks,
         tool_latency_s=0.0,
         gpu={"name": "fake1", "memory_gib": 24, "count": 1},
         throughput_streams=[],
@@ -162,7 +162,7 @@ def test_a_futile_config_is_dropped_and_the_stage_stops_when_none_can_gain(
     from tuner.study import open_study
     from tuner.study.search.roles import enqueue_baseline_copy
 
-    preset = _preset(lossy=False, speedup=0.5)
+    preset = _preset(lossy=False, speedup=0.5, tasks=3)
     options = fake_options(tmp_path, 1)
     optimize(preset, options)  # the baseline
     study = open_study(preset, options)

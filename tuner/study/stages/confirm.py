@@ -368,6 +368,18 @@ def queue_rounds(
     return queued
 
 
+def queue_rounds_locked(
+    url: str, study: optuna.Study, configs: list[FrozenTrial], rounds: int
+) -> int:
+    """`queue_rounds` under the study's confirm lock (`tuner.storage.locks.study_lock`): two
+    drivers that reach the same round at once read and queue one after the other, so the
+    second finds the first's runs and queues none."""
+    from tuner.storage.locks import study_lock
+
+    with study_lock(url, study.study_name, "confirm"):
+        return queue_rounds(study, configs, rounds)
+
+
 def record_verdicts(study: optuna.Study, storage_url: str) -> dict[str, dict[str, Any]]:
     """Judge the study's configs and write verdicts, mode and its meaning as study attributes."""
     from tuner.results.decision import judge_study
@@ -455,7 +467,6 @@ def confirm_study(
         StudyError: no such study, or no feasible baseline to confirm against.
     """
     from tuner.storage import normalize_url
-    from tuner.storage.locks import study_lock
     from tuner.study.search.driver import run_waiting
     from tuner.study.space import Preset
 
@@ -487,8 +498,7 @@ def confirm_study(
         return _settle(url, options.study_name, run_queue, say)
 
     def queue(configs: list[FrozenTrial], rounds: int) -> int:
-        with study_lock(url, options.study_name, "confirm"):
-            return queue_rounds(study, configs, rounds)
+        return queue_rounds_locked(url, study, configs, rounds)
 
     trials = study.get_trials(deepcopy=False)
     base = _baseline(trials)
