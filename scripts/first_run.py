@@ -157,6 +157,7 @@ def _readme_estimate() -> str:
         rounds=plan.rounds,
         confirm=plan.enabled,
         baseline_every=DEFAULT_BASELINE_EVERY,
+        candidates=README_TRIALS - 1,
     )
     return estimate_line(preset, README_TRIALS, confirm, reruns=reruns, window_s=preset.window_s)
 

@@ -71,7 +71,7 @@ def test_optimize_to_a_file_prints_a_line_per_trial_and_an_eta(tmp_path: Path) -
     # The estimate from the preset comes before anything ran, and says it is one.
     assert stamped[0].split("] ", 1)[1].startswith("workload: replay (load shape"), text
     assert stamped[1].split("] ", 1)[1].startswith("estimate: "), text
-    assert "5 server runs (2 trials + up to 3 confirmation runs)" in stamped[1]
+    assert "4 server runs (2 trials + up to 2 confirmation runs)" in stamped[1]
     assert "an estimate from the preset" in stamped[1]
     # Every trial: started with its config, server ready with its KV tokens, then its outcome.
     for n in range(4):
@@ -98,7 +98,7 @@ def test_optimize_to_a_file_prints_a_line_per_trial_and_an_eta(tmp_path: Path) -
     # A measured ETA after each run, counting the confirmation runs still to come.
     etas = [line for line in stamped if "] ETA: " in line]
     assert len(etas) == 4, text
-    assert "4 server runs to go" in etas[0] and "measured over 1 server run" in etas[0]
+    assert "3 server runs to go" in etas[0] and "measured over 1 server run" in etas[0]
     assert "no server run left" in etas[-1]
     # The end of the command writes the answer into the dashboard: the note and the plots.
     assert "dashboard: the recommendation is study fake-cpu's note, with 5 plots" in text

@@ -22,6 +22,7 @@ from tuner.study.search.progress import (
     heartbeat_line,
     interrupted_line,
     minutes,
+    planned_runs,
     ready_line,
     run_estimate_s,
     started_line,
@@ -237,3 +238,38 @@ def test_the_interrupt_line_names_what_stops_and_the_command_that_resumes() -> N
         "queue; resume with: tuner confirm"
     )
     assert interrupted_line([], "tuner confirm").startswith("interrupted: no trial was running;")
+
+
+@pytest.mark.parametrize(("n_trials", "k", "rounds"), [(2, 2, 10), (5, 1, 2), (6, 2, 3), (3, 2, 1)])
+def test_the_estimate_counts_the_confirmation_runs_the_stage_queues(
+    n_trials: int, k: int, rounds: int
+) -> None:
+    # A new study of n_trials: the baseline and n_trials - 1 candidates. The stage queues its
+    # rounds with `queue_rounds` (the floor start is the baseline's round 0); at the cap the
+    # estimate's "up to" is exactly what it queues.
+    from optuna.distributions import FloatDistribution
+    from optuna.trial import create_trial
+
+    from tuner.study.stages.confirm import queue_rounds
+
+    study = optuna.create_study(direction="maximize")
+    for n in range(n_trials):
+        role = Role.BASELINE if n == 0 else Role.CANDIDATE
+        study.add_trial(
+            create_trial(
+                params={"x": float(n)},
+                distributions={"x": FloatDistribution(0, 100)},
+                value=100.0 + n,
+                user_attrs={TrialAttr.ROLE: str(role)},
+            )
+        )
+    trials = study.get_trials()
+    queued = queue_rounds(study, [trials[0], *trials[1:][:k]], rounds)
+    _, planned = planned_runs(
+        n_trials, k=k, rounds=rounds, confirm=True, baseline_every=0, candidates=n_trials - 1
+    )
+    assert planned == queued
+    # --confirm 0: the floor start alone.
+    assert planned_runs(n_trials, k=k, rounds=rounds, confirm=False, baseline_every=0)[1] == 1
+    # A study with its baseline only has nothing to confirm.
+    assert planned_runs(1, k=k, rounds=rounds, confirm=True, baseline_every=0, candidates=0)[1] == 0

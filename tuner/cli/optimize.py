@@ -162,7 +162,8 @@ def optimize_cmd(
     from tuner.storage import masked
 
     console.print(f"study {options.study_name or preset.study_name} on {masked(url)}")
-    _announce(options, preset, n_trials, plan)
+    planned = _planned(options, preset, plan, n_trials)
+    _announce(options, preset, n_trials, planned)
     # One local Ray for the search and the confirmation stage: each would otherwise start and
     # stop its own in this process. In one CPU run, the confirmation's first run was
     # interrupted just after the search's Ray had shut down (the next run resumed it).
@@ -172,7 +173,7 @@ def optimize_cmd(
         # What the cluster offers, before anything is written (one line, exit 2, if short).
         cluster_slots(slots, preset.gpu, ray_address or "this machine (local)")
         if options.progress is not None:
-            options.progress.later_runs = _planned(plan, n_trials, options.baseline_every)[1]
+            options.progress.later_runs = planned[1]
         summary = optimize(preset, options)
         table = Table(title=f"study {summary.study_name}")
         table.add_column("finished trials")
@@ -261,12 +262,12 @@ def _publish(url: str, study: str) -> None:
     )
 
 
-def _announce(options: Any, preset: Any, n_trials: int, plan: Any) -> None:
+def _announce(options: Any, preset: Any, n_trials: int, planned: tuple[int, int]) -> None:
     """The workload and the time estimate, as plain progress lines (none on a terminal)."""
     from tuner.study.search.progress import estimate_line, workload_line
 
     if options.progress is not None:
-        reruns, confirm = _planned(plan, n_trials, options.baseline_every)
+        reruns, confirm = planned
         options.progress.say(workload_line(preset))
         options.progress.say(
             estimate_line(preset, n_trials, confirm, reruns=reruns, **_sizing(options, preset))
@@ -287,12 +288,20 @@ def _sizing(options: Any, preset: Any) -> dict[str, Any]:
     return {}
 
 
-def _planned(plan: Any, n_trials: int, baseline_every: int) -> tuple[int, int]:
-    """(baseline re-runs, confirmation runs at most) of this command (`planned_runs`)."""
+def _planned(options: Any, preset: Any, plan: Any, n_trials: int) -> tuple[int, int]:
+    """(baseline re-runs, confirmation runs at most) of this command (`planned_runs`): a new
+    study's finalists are at most its `n_trials - 1` candidates."""
+    from tuner.study.preflight.plan import read_stored_study
     from tuner.study.search.progress import planned_runs
 
+    fresh = read_stored_study(options.storage_url, options.study_name or preset.study_name) is None
     return planned_runs(
-        n_trials, k=plan.k, rounds=plan.rounds, confirm=plan.enabled, baseline_every=baseline_every
+        n_trials,
+        k=plan.k,
+        rounds=plan.rounds,
+        confirm=plan.enabled,
+        baseline_every=options.baseline_every,
+        candidates=n_trials - 1 if fresh else None,
     )
 
 

@@ -129,18 +129,30 @@ def _runs(n: int) -> str:
 
 
 def planned_runs(
-    n_trials: int, *, k: int, rounds: int, confirm: bool, baseline_every: int
+    n_trials: int,
+    *,
+    k: int,
+    rounds: int,
+    confirm: bool,
+    baseline_every: int,
+    candidates: int | None = None,
 ) -> tuple[int, int]:
-    """(baseline re-runs, confirmation runs at most) that a new study of `n_trials` plans.
+    """(baseline re-runs, confirmation runs at most) that a study of `n_trials` plans.
 
-    The re-runs are the search's (`roles.search_reruns`). The confirmation runs the floor start
-    (the baseline's round 0, with `--confirm 0` too, once the study has a candidate), then the
-    top `k` candidates and the baseline for `rounds` rounds, fewer when it stops early.
+    The re-runs are the search's (`roles.search_reruns`). The confirmation's round 0 begins
+    with the floor start (the baseline's second start, which `--confirm 0` runs too, once the
+    study has a candidate); then each of `rounds` rounds runs the baseline and the top `k`
+    candidates, fewer rounds when it stops early. `candidates`: how many the study will have
+    to choose from (a new study: `n_trials - 1`, the baseline being trial 0); None when not
+    known (a study that already has trials): `k` finalists are assumed.
     """
     from tuner.study.search.roles import search_reruns
 
-    floor = 1 if n_trials >= 2 else 0
-    return search_reruns(n_trials, baseline_every), floor + ((k + 1) * rounds if confirm else 0)
+    reruns = search_reruns(n_trials, baseline_every)
+    finalists = k if candidates is None else min(k, max(candidates, 0))
+    if finalists == 0:
+        return reruns, 0
+    return reruns, (finalists + 1) * rounds if confirm else 1
 
 
 def estimate_line(
