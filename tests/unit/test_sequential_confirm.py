@@ -82,3 +82,27 @@ def test_the_command_line_keeps_its_syntax_and_r_is_the_cap() -> None:
     assert parse_confirm("2,1").first_look == 1  # one round: one look, at the full level
     assert not parse_confirm("0").enabled
     assert ConfirmPlan(2, 10).looks() == {"k": 2, "first": 2, "max": 10}
+
+
+def test_a_stage_under_way_keeps_its_plan_whichever_driver_joins() -> None:
+    import optuna
+
+    from tuner.attrs import StudyAttr
+    from tuner.study.stages.confirm import stage_plan
+
+    study = optuna.create_study()
+    mine = ConfirmPlan(1, 3)
+    # Nothing begun: the driver's own plan.
+    assert stage_plan(study, mine) == (mine, None)
+    # Begun by another driver with 2,10 and not stopped: that plan, and a line saying so.
+    study.set_user_attr(StudyAttr.CONFIRM_PLAN, ConfirmPlan(2, 10).looks())
+    plan, note = stage_plan(study, mine)
+    assert plan == ConfirmPlan(2, 10)
+    assert note is not None and "under way with --confirm 2,10" in note
+    assert "not --confirm 1,3" in note and "tuner confirm --confirm 1,3" in note
+    # The same plan: nothing to say. --confirm 0 stays off (it runs the floor start only).
+    assert stage_plan(study, ConfirmPlan(2, 10)) == (ConfirmPlan(2, 10), None)
+    assert stage_plan(study, ConfirmPlan(0, 0)) == (ConfirmPlan(0, 0), None)
+    # Stopped: a later command may extend it with its own plan.
+    study.set_user_attr(StudyAttr.CONFIRM_STOP, {"rounds": 4, "reason": "no config can gain"})
+    assert stage_plan(study, mine) == (mine, None)

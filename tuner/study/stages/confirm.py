@@ -85,9 +85,11 @@ __all__ = [
     "finalists_line",
     "parse_confirm",
     "plan_confirmation",
+    "queue_rounds_locked",
     "rank_finalists",
     "record_verdicts",
     "round_order",
+    "stage_plan",
 ]
 
 
@@ -467,6 +469,7 @@ def confirm_study(
         StudyError: no such study, or no feasible baseline to confirm against.
     """
     from tuner.storage import normalize_url
+    from tuner.storage.locks import study_lock
     from tuner.study.search.driver import run_waiting
     from tuner.study.space import Preset
 
@@ -520,13 +523,21 @@ def confirm_study(
         # line that names them.
         ranked = rank_finalists(trials, skip=skip, noise_sd=start_sd)
         fresh = _baseline(trials)
-        configs = [fresh, *(t for t, _ in ranked[: plan.k])] if fresh is not None else []
-        # The baseline alone has nothing to be paired with: re-running it would cost server
-        # starts and decide nothing (a study of --n-trials 1, or one whose candidates all
-        # failed or were flagged).
-        if plan.enabled and len(configs) > 1:
+        # The plan is read and stored under the lock: two drivers that arrive together with
+        # different caps run the stage with the first one's.
+        with study_lock(url, options.study_name, "confirm"):
+            plan, note = stage_plan(study, plan)
+            configs = [fresh, *(t for t, _ in ranked[: plan.k])] if fresh is not None else []
+            # The baseline alone has nothing to be paired with: re-running it would cost
+            # server starts and decide nothing (a study of --n-trials 1, or one whose
+            # candidates all failed or were flagged).
+            staged = plan.enabled and len(configs) > 1
+            if staged:
+                study.set_user_attr(StudyAttr.CONFIRM_PLAN, plan.looks())
+        if note:
+            say(note)
+        if staged:
             say(finalists_line(ranked, plan.k))
-            study.set_user_attr(StudyAttr.CONFIRM_PLAN, plan.looks())
             # A resumed (or extended) stage first completes the rounds already begun.
             rounds = max(plan.first_look, min(_rounds_begun(study, configs), plan.rounds))
             # Configs an earlier look dropped (futile): the same looks again, on the same runs.
@@ -553,6 +564,28 @@ def confirm_study(
     if stopped is not None:
         study.set_user_attr(StudyAttr.CONFIRM_STOP, {"rounds": stopped[0], "reason": stopped[1]})
     return ConfirmSummary(tuple(t.number for t in configs), queued, verdicts, stopped)
+
+
+def stage_plan(study: optuna.Study, plan: ConfirmPlan) -> tuple[ConfirmPlan, str | None]:
+    """The plan this driver runs the stage with, and a line when it is not its own.
+
+    A stage that is under way (its plan stored by the driver that began it, no stop recorded
+    yet: another driver's, or an interrupted run of this command) keeps its plan, so every
+    driver looks at the same rounds with the same cap and the export does not depend on which
+    finishes last. A stage that has stopped may be extended with another plan (`tuner confirm
+    --confirm K,R`)."""
+    stored = study.user_attrs.get(StudyAttr.CONFIRM_PLAN)
+    if not plan.enabled or stored is None or StudyAttr.CONFIRM_STOP in study.user_attrs:
+        return plan, None
+    theirs = ConfirmPlan(int(stored["k"]), int(stored["max"]))
+    if theirs == plan:
+        return plan, None
+    return theirs, (
+        f"confirmation: this study's stage is under way with --confirm {theirs.k},{theirs.rounds} "
+        f"(begun by another driver or an interrupted run), so this driver runs it with that, "
+        f"not --confirm {plan.k},{plan.rounds}; once it has stopped, `tuner confirm --confirm "
+        f"{plan.k},{plan.rounds}` extends it"
+    )
 
 
 def _rounds_begun(study: optuna.Study, configs: list[FrozenTrial]) -> int:
