@@ -94,6 +94,7 @@ def test_optimize_to_a_file_prints_a_line_per_trial_and_an_eta(tmp_path: Path) -
     )
     assert "successful tasks/h" not in "\n".join(stamped)
     assert "(confirmation of #0, round 1) started" in text
+    assert "floor start done (the baseline's second start" in text
     assert "confirmation round 1 of 1 done" in text
     # A measured ETA after each run, counting the confirmation runs still to come.
     etas = [line for line in stamped if "] ETA: " in line]

@@ -273,3 +273,28 @@ def test_the_estimate_counts_the_confirmation_runs_the_stage_queues(
     assert planned_runs(n_trials, k=k, rounds=rounds, confirm=False, baseline_every=0)[1] == 1
     # A study with its baseline only has nothing to confirm.
     assert planned_runs(1, k=k, rounds=rounds, confirm=True, baseline_every=0, candidates=0)[1] == 0
+
+
+def test_a_queued_stage_uses_up_the_planned_runs_and_says_up_to() -> None:
+    # After the search, the confirmation plans 4 runs at most. The floor start is queued
+    # alone: when it is done, 3 may follow (a sequential stage may stop sooner), not none.
+    now = [0.0]
+    out = io.StringIO()
+    lines = ProgressLines(stream=out, now=lambda: now[0], later_runs=4)
+    lines.queued_stage = True
+    floor = _trial(TrialState.COMPLETE, 500.0, **{TrialAttr.TASKS_PER_HOUR: 500.0})
+    lines.started(floor.number, {TrialAttr.ROLE: "confirm"}, "none")
+    now[0] = 100.0
+    lines.finished(floor, "replay", 12, counted=True)
+    lines.eta(0, 1)
+    assert out.getvalue().splitlines()[-1] == (
+        "[0:01:40] ETA: at most about 5 min left (up to 3 server runs to go at 100 s a run, "
+        "measured over 1 server run of this command)"
+    )
+    # Queued runs beyond what was planned (a baseline round run again) are counted as queued.
+    lines.eta(5, 1)
+    assert "ETA: about 8 min left (5 server runs to go" in out.getvalue().splitlines()[-1]
+    # A re-queued crash uses nothing up.
+    lines.started(floor.number, {TrialAttr.ROLE: "confirm"}, "none")
+    lines.finished(floor, "replay", 12, counted=False)
+    assert lines.later_runs == 3

@@ -174,6 +174,7 @@ def optimize_cmd(
         cluster_slots(slots, preset.gpu, ray_address or "this machine (local)")
         if options.progress is not None:
             options.progress.later_runs = planned[1]
+            options.progress.confirm_cap = plan.rounds if plan.enabled else None
         summary = optimize(preset, options)
         table = Table(title=f"study {summary.study_name}")
         table.add_column("finished trials")
@@ -207,8 +208,9 @@ def _confirm_and_print(options: Any, plan: Any) -> None:
 
     if plan.enabled:
         console.print(
-            f"confirmation: the top {plan.k} candidates and the baseline, up to {plan.rounds} "
-            "more fresh starts each, interleaved in alternating order, stopping once the "
+            f"confirmation: the top {plan.k} candidates (or fewer) and the baseline, up to "
+            f"{plan.rounds} more fresh starts each, interleaved in alternating order, stopping "
+            "once the "
             f"verdict is decided (first look after {plan.first_look}; the baseline's first "
             "start is the correctness floor)"
         )
@@ -371,7 +373,11 @@ def confirm_cmd(
         plan = ConfirmPlan.for_preset(stored) if stored is not None else DEFAULT_CONFIRM
     options = _options(url, cache, study)
     if stored is not None and plan.enabled:
-        _announce(options, stored, 0, plan)
+        planned = _planned(options, stored, plan, 0)
+        _announce(options, stored, 0, planned)
+        if options.progress is not None:
+            options.progress.later_runs = planned[1]
+            options.progress.confirm_cap = plan.rounds
     with _interrupt_exits():
         _confirm_and_print(options, plan)
     _publish(options.storage_url, study)

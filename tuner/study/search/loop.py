@@ -179,7 +179,7 @@ class StudyLoop:
         self.display.total = self.target if self.target is not None else len(self._waiting())
         self.display.update(finished=self._done())
         if self.display.lines is not None and self.target is None:
-            self.display.lines.later_runs = 0  # the queued runs are the last stage
+            self.display.lines.queued_stage = True  # the planned runs are used up from here
         while True:
             if self.stop_requested:
                 # Set by a signal handler: raised here, between calls, never inside Ray's wait.
@@ -506,7 +506,17 @@ class StudyLoop:
             for t in confirms
         ):
             return
-        total = max((int(r) for r in rounds if r is not None), default=int(round_)) + 1
+        of_round = [t for t in confirms if t.user_attrs.get(TrialAttr.CONFIRM_ROUND) == round_]
+        base = next((t.number for t in trials if role_of(t) == Role.BASELINE), 0)
+        if int(round_) == 0 and all(
+            t.user_attrs.get(TrialAttr.CONFIRM_OF) == base for t in of_round
+        ):
+            # The round's first run, alone: the candidates' runs of round 1 are queued next.
+            lines.say("floor start done (the baseline's second start: the correctness floor)")
+            return
+        seen = max((int(r) for r in rounds if r is not None), default=int(round_)) + 1
+        cap = lines.confirm_cap
+        total = f"at most {cap}" if cap is not None and cap > seen else str(seen)
         lines.say(f"confirmation round {int(round_) + 1} of {total} done")
 
 

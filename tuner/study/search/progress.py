@@ -232,15 +232,17 @@ def workload_line(preset: Any) -> str:
     )
 
 
-def eta_line(left: int, slots: int, durations: list[float]) -> str:
-    """The measured ETA: runs left x this command's mean run time, `slots` at a time."""
+def eta_line(left: int, slots: int, durations: list[float], *, at_most: bool = False) -> str:
+    """The measured ETA: runs left x this command's mean run time, `slots` at a time;
+    `at_most`: `left` is a cap (a sequential confirmation may stop sooner)."""
     per_run = sum(durations) / len(durations)
     if left <= 0:
         return f"ETA: no server run left (measured {per_run:.0f} s a run)"
     total = math.ceil(left / max(1, slots)) * per_run
+    cap, up_to = ("at most ", "up to ") if at_most else ("", "")
     return (
-        f"ETA: {minutes(total)} left ({_runs(left)} to go at {per_run:.0f} s a run, "
-        f"measured over {_runs(len(durations))} of this command)"
+        f"ETA: {cap}{minutes(total)} left ({up_to}{_runs(left)} to go at {per_run:.0f} s a "
+        f"run, measured over {_runs(len(durations))} of this command)"
     )
 
 
@@ -360,7 +362,11 @@ class ProgressLines:
 
     stream: TextIO = field(default_factory=lambda: sys.stdout)
     now: Callable[[], float] = time.monotonic
-    later_runs: int = 0  # runs planned after the current stage (the confirmation's)
+    # Runs planned after the search, at most (the confirmation's): added to the search's ETA;
+    # in the queued stages that follow (`queued_stage`) each finished run uses one up.
+    later_runs: int = 0
+    queued_stage: bool = False
+    confirm_cap: int | None = None  # the confirmation's cap on rounds, when this command has one
     durations: list[float] = field(default_factory=list)
     # A running trial says what it does at least this often (TUNER_PROGRESS_INTERVAL_S).
     interval_s: float = field(default_factory=_interval_s)
@@ -408,8 +414,19 @@ class ProgressLines:
         start = self._started.pop(trial.number, None)
         if counted and start is not None:
             self.durations.append(self.now() - start)
+        if counted and self.queued_stage:
+            self.later_runs = max(0, self.later_runs - 1)
 
     def eta(self, left_in_stage: int, slots: int) -> None:
-        """The measured ETA, once a run has finished in this command."""
-        if self.durations:
+        """The measured ETA, once a run has finished in this command.
+
+        In the search: its runs left and the runs planned after it. In a queued stage (the
+        floor start, a confirmation round): the queued runs, or the planned runs not yet used
+        when more (a later round may still be queued), as a cap."""
+        if not self.durations:
+            return
+        if not self.queued_stage:
             self.say(eta_line(left_in_stage + self.later_runs, slots, self.durations))
+            return
+        left = max(left_in_stage, self.later_runs)
+        self.say(eta_line(left, slots, self.durations, at_most=left > left_in_stage))
