@@ -69,6 +69,12 @@ def test_a_look_stops_on_a_win_on_futility_or_at_the_cap() -> None:
     # p = 0.01 would pass a single test at 2.5%, not this early look.
     early = next_look({1: _est(1.1, 1.01, 1.2, 0.01)}, 4, 2, 10)
     assert not early.stop and "one more round" in early.reason
+    assert early.reason.startswith(f"undecided at level {level:.2g}")
+    # The first look of 2,10 has no level to spend (O'Brien-Fleming): it says when one can win.
+    first = next_look({1: _est(1.5, 1.3, 1.7, 1e-6)}, 2, 2, 10)
+    assert not first.stop and first.reason == (
+        "undecided (a win can be declared from round 3 on): one more round"
+    )
     futile = next_look({1: _sd_est(1.0, 0.02, 4, 5), 2: _sd_est(0.9, 0.05, 4, 5)}, 4, 2, 10)
     assert futile.stop and futile.winner is None and "5%" in futile.reason
     cap = next_look({1: _est(1.05, 0.95, 1.15, 0.1)}, 10, 2, 10)

@@ -182,7 +182,13 @@ def next_look(
         )
     if rounds >= max_rounds:
         return Look(rounds, level, True, None, f"the cap of {max_rounds} rounds, undecided", futile)
-    reason = f"undecided at level {level:.2g}: one more round"
+    if level > 0:
+        reason = f"undecided at level {level:.2g}: one more round"
+    else:
+        # O'Brien-Fleming spends (almost) nothing at the earliest looks: none can be a win.
+        levels = look_levels(first, max_rounds)
+        later = max(1, min(first, max_rounds)) + next(i for i, v in enumerate(levels) if v > 0)
+        reason = f"undecided (a win can be declared from round {later} on): one more round"
     if futile:
         names = ", ".join(f"#{k}" for k in futile)
         reason += (
