@@ -116,19 +116,32 @@ VARIANTS = (
 def _confirm_variants() -> list[Search]:
     """`tuner optimize`'s CPU default (screening on) under other confirmation settings."""
     screen = PruneRule(screening=SCREEN_RULES["shipped"])
-    return [
-        Search(f"tuner + screening + confirm {k},{r}", make_sampler, screen, confirm=(k, r))
-        for k, r in ((1, 2), (2, 2), (1, 3))
-    ] + [
-        # The shipped study with its finalists picked by their highest single runs.
-        Search(
-            f"{DEFAULT.name} {RAW_FINALISTS}",
-            DEFAULT.sampler,
-            DEFAULT.prune,
-            DEFAULT.confirm,
-            raw_finalists=True,
-        )
-    ]
+    return (
+        [
+            Search(f"tuner + screening + confirm {k},{r}", make_sampler, screen, confirm=(k, r))
+            for k, r in ((1, 2), (2, 2), (1, 3))
+        ]
+        + [
+            # The shipped study with another sampler (issue 36: choose the start-ups and the
+            # sampler on the regret of the export, not on single runs).
+            Search(f"{DEFAULT.name} {name}", sampler, DEFAULT.prune, DEFAULT.confirm)
+            for name, sampler in (
+                ("TPE start-up 3", Tpe(3)),
+                ("TPE start-up 5", Tpe(5)),
+                ("GP start-up 3", Gp(3)),
+            )
+        ]
+        + [
+            # The shipped study with its finalists picked by their highest single runs.
+            Search(
+                f"{DEFAULT.name} {RAW_FINALISTS}",
+                DEFAULT.sampler,
+                DEFAULT.prune,
+                DEFAULT.confirm,
+                raw_finalists=True,
+            )
+        ]
+    )
 
 
 SEARCHES_ALL: list[Search] = list(SEARCHES)
