@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -239,6 +240,7 @@ def test_dashboard_shows_the_real_study(cpu_study: CpuStudy, tmp_path: Path) -> 
     assert_screenshot_shows_a_page(shot)
 
 
+@pytest.mark.filterwarnings("default::UserWarning")  # a re-run start is reported, not an error
 def test_the_confirmation_stage_ran_on_the_real_build(cpu_study: CpuStudy) -> None:
     from tuner.results.decision import judge_study
 
@@ -250,6 +252,14 @@ def test_the_confirmation_stage_ran_on_the_real_build(cpu_study: CpuStudy) -> No
         (t.number, t.state, t.confirm_of, t.confirm_round, t.failure_kind, t.failure_reason)
         for t in runs
     ]
+    # A baseline start that fails (CI's run of 2026-12-03 had one, on a Zen 3 box, its cause
+    # not in the log) leaves its round unpaired and is started again (`BASELINE_ATTEMPTS`);
+    # a candidate's failed start is not. The warning puts the cause in CI's summary.
+    failed = [t for t in runs if t.state == "fail"]
+    assert all(t.confirm_of == 0 for t in failed), seen
+    if failed:
+        warnings.warn(f"a baseline confirmation start failed and was re-run: {seen}", stacklevel=1)
+    runs = [t for t in runs if t.state != "fail"]
     assert len(runs) == 2 and all(t.feasible for t in runs), seen
     assert all(t.probe is not None and len(t.probe.outputs) == 16 for t in runs)
     (confirmed,) = [v for v in judge_study(results).values() if v.confirmed]
