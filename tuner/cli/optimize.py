@@ -162,8 +162,7 @@ def optimize_cmd(
     from tuner.storage import masked
 
     console.print(f"study {options.study_name or preset.study_name} on {masked(url)}")
-    planned = _planned(options, preset, plan, n_trials)
-    _announce(options, preset, n_trials, planned)
+    _announce(options, preset, plan, n_trials)
     # One local Ray for the search and the confirmation stage: each would otherwise start and
     # stop its own in this process. In one CPU run, the confirmation's first run was
     # interrupted just after the search's Ray had shut down (the next run resumed it).
@@ -172,9 +171,6 @@ def optimize_cmd(
 
         # What the cluster offers, before anything is written (one line, exit 2, if short).
         cluster_slots(slots, preset.gpu, ray_address or "this machine (local)")
-        if options.progress is not None:
-            options.progress.later_runs = planned[1]
-            options.progress.confirm_cap = plan.rounds if plan.enabled else None
         summary = optimize(preset, options)
         table = Table(title=f"study {summary.study_name}")
         table.add_column("finished trials")
@@ -264,47 +260,42 @@ def _publish(url: str, study: str) -> None:
     )
 
 
-def _announce(options: Any, preset: Any, n_trials: int, planned: tuple[int, int]) -> None:
-    """The workload and the time estimate, as plain progress lines (none on a terminal)."""
-    from tuner.study.search.progress import estimate_line, workload_line
-
-    if options.progress is not None:
-        reruns, confirm = planned
-        options.progress.say(workload_line(preset))
-        options.progress.say(
-            estimate_line(preset, n_trials, confirm, reruns=reruns, **_sizing(options, preset))
-        )
-
-
-def _sizing(options: Any, preset: Any) -> dict[str, Any]:
-    """What the estimate knows of the study's sizing: its calibration, or the window the first
-    server will size the workload to (`tuner.study.preflight.plan`)."""
+def _announce(options: Any, preset: Any, plan: Any, n_trials: int) -> None:
+    """The workload and the time estimate, as plain progress lines (none on a terminal), and
+    the confirmation runs the ETA counts on (`planned_runs`: a new study's finalists are at
+    most its `n_trials - 1` candidates)."""
     from tuner.study.preflight.plan import read_stored_study
+    from tuner.study.search.progress import estimate_line, planned_runs, workload_line
 
+    if options.progress is None:
+        return
     stored = read_stored_study(options.storage_url, options.study_name or preset.study_name)
+    reruns, confirm = planned_runs(
+        n_trials,
+        k=plan.k,
+        rounds=plan.rounds,
+        confirm=plan.enabled,
+        baseline_every=options.baseline_every,
+        candidates=n_trials - 1 if stored is None else None,
+    )
+    options.progress.say(workload_line(preset))
+    options.progress.say(
+        estimate_line(preset, n_trials, confirm, reruns=reruns, **_sizing(options, preset, stored))
+    )
+    options.progress.later_runs = confirm
+    options.progress.confirm_cap = plan.rounds if plan.enabled else None
+
+
+def _sizing(options: Any, preset: Any, stored: Any) -> dict[str, Any]:
+    """What the estimate knows of the study's sizing (`stored`: `read_stored_study`'s): its
+    calibration, or the window the first server will size the workload to
+    (`tuner.study.preflight.plan`)."""
     if stored is not None and stored.calibration is not None:
         return {"calibration": stored.calibration}
     fresh = stored is None or (stored.sizing_off is None and not stored.measured)
     if fresh and getattr(options, "calibrate", False) and preset.window_s is not None:
         return {"window_s": preset.window_s}
     return {}
-
-
-def _planned(options: Any, preset: Any, plan: Any, n_trials: int) -> tuple[int, int]:
-    """(baseline re-runs, confirmation runs at most) of this command (`planned_runs`): a new
-    study's finalists are at most its `n_trials - 1` candidates."""
-    from tuner.study.preflight.plan import read_stored_study
-    from tuner.study.search.progress import planned_runs
-
-    fresh = read_stored_study(options.storage_url, options.study_name or preset.study_name) is None
-    return planned_runs(
-        n_trials,
-        k=plan.k,
-        rounds=plan.rounds,
-        confirm=plan.enabled,
-        baseline_every=options.baseline_every,
-        candidates=n_trials - 1 if fresh else None,
-    )
 
 
 def _options(url: str, cache: Path, study: str | None, **search: Any) -> Any:
@@ -373,11 +364,7 @@ def confirm_cmd(
         plan = ConfirmPlan.for_preset(stored) if stored is not None else DEFAULT_CONFIRM
     options = _options(url, cache, study)
     if stored is not None and plan.enabled:
-        planned = _planned(options, stored, plan, 0)
-        _announce(options, stored, 0, planned)
-        if options.progress is not None:
-            options.progress.later_runs = planned[1]
-            options.progress.confirm_cap = plan.rounds
+        _announce(options, stored, plan, 0)
     with _interrupt_exits():
         _confirm_and_print(options, plan)
     _publish(options.storage_url, study)

@@ -186,8 +186,9 @@ def next_look(
         reason = f"undecided at level {level:.2g}: one more round"
     else:
         # O'Brien-Fleming spends (almost) nothing at the earliest looks: none can be a win.
-        levels = look_levels(first, max_rounds)
-        later = max(1, min(first, max_rounds)) + next(i for i, v in enumerate(levels) if v > 0)
+        later = next(
+            r for r in range(rounds + 1, max_rounds + 1) if look_level(r, first, max_rounds) > 0
+        )
         reason = f"undecided (a win can be declared from round {later} on): one more round"
     if futile:
         names = ", ".join(f"#{k}" for k in futile)

@@ -574,8 +574,9 @@ def stage_plan(study: optuna.Study, plan: ConfirmPlan) -> tuple[ConfirmPlan, str
     driver looks at the same rounds with the same cap and the export does not depend on which
     finishes last. A stage that has stopped may be extended with another plan (`tuner confirm
     --confirm K,R`)."""
-    stored = study.user_attrs.get(StudyAttr.CONFIRM_PLAN)
-    if not plan.enabled or stored is None or StudyAttr.CONFIRM_STOP in study.user_attrs:
+    attrs = study.user_attrs  # one read of the storage
+    stored = attrs.get(StudyAttr.CONFIRM_PLAN)
+    if not plan.enabled or stored is None or StudyAttr.CONFIRM_STOP in attrs:
         return plan, None
     theirs = ConfirmPlan(int(stored["k"]), int(stored["max"]))
     if theirs == plan:
