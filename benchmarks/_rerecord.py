@@ -10,7 +10,9 @@ the baseline runs before and after it: slow drift cancels, and runs of another C
 truth as ratios. The file (`benchmarks/data/grid-rerecord-<grid>.json`) keeps every run (with its
 CPU, time and load, as `record_grid.py` writes runs) and the ratios; it is rewritten after every
 run and a rerun resumes after the last recorded slot. `grid_truth.py` reads it as one more
-sitting (its own offset and drift).
+sitting (its own offset and drift). A sitting that could not finish is continued with
+`--continue FILE --out NEW` (on another machine too): NEW takes FILE's plan from the slot after
+FILE's last run and is a sitting of its own.
 
 At the grid's recorded 98-162 s a run, 10 configs x 3 rounds + 18 baseline runs = 48 runs is
 about 1.3-2 hours of an otherwise idle 2-core box: `--dry-run` prints the plan and the estimate.
@@ -128,20 +130,35 @@ def rerecord(
     grid: Any,
     evaluate: Callable[[Preset, dict[str, Any], int], dict[str, Any]] | None = None,
     machine: dict[str, Any] | None = None,
+    continues: Path | None = None,
 ) -> int:
     """Record (or with `dry`, list) the plan's runs still missing from `out`. `evaluate` (one
     run's entry) and `machine` default to `record_grid.evaluate_once` and this machine's CPU;
     tests pass stand-ins (no model or vLLM here). `grid` is the `record_grid` module, passed
-    in by its `--rerecord` (so that this module does not import its caller back)."""
+    in by its `--rerecord` (so that this module does not import its caller back).
+
+    `continues`: an earlier re-record file (another machine's, or a sitting that ended): `out`
+    takes its plan and records the slots after its last recorded run, as a sitting of its own
+    (the plan's rounds each start with a baseline run, so a continuation that starts at a
+    round has its own interleaved baselines and ratios)."""
     rg = grid
 
     if not truth.is_file():
         print(f"no truth at {truth}: fit it with benchmarks/grid_truth.py", file=sys.stderr)
         return 2
-    configs = json.loads(truth.read_text())["rerecord"]["configs"]
-    order = plan(configs, preset.baseline_params())
     data = rg._load(out)
-    done = len(data["runs"]) if data else 0
+    if data is not None and data.get("continues"):
+        order, first = data["plan"], int(data["first_slot"])
+    elif continues is not None:
+        earlier = rg._load(continues)
+        if earlier is None:
+            print(f"--continue {continues}: no such re-record file", file=sys.stderr)
+            return 2
+        order, first = earlier["plan"], len(earlier["runs"])
+    else:
+        configs = json.loads(truth.read_text())["rerecord"]["configs"]
+        order, first = plan(configs, preset.baseline_params()), 0
+    done = first + (len(data["runs"]) if data else 0)
     if data is not None and data["plan"] != order:
         print(f"{out} holds another plan (another truth?); move it away first", file=sys.stderr)
         return 2
@@ -157,6 +174,8 @@ def rerecord(
     if data is None:
         data = new_file(preset, truth, here)
         data["plan"] = order
+        if continues is not None:
+            data["continues"], data["first_slot"] = str(continues), first
         rg._save(out, data)
     elif data["cpu"] != here:
         print(f"{out} was recorded on {data['cpu']}; this is {here}: one sitting, one machine",

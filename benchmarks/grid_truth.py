@@ -44,7 +44,8 @@ from tuner.study.space import config_key
 HERE = Path(__file__).resolve().parent
 LARGE = HERE / "data" / "grid-smollm2-135m-cpu-large.json"
 SMALL = HERE / "data" / "grid-smollm2-135m-cpu.json"
-RERECORD = HERE / "data" / "grid-rerecord-smollm2-135m-cpu-large.json"
+# Re-record sittings: the first file, and its continuations on other machines (`--continue`).
+RERECORDS = "grid-rerecord-smollm2-135m-cpu-large*.json"
 NEAR = 0.05  # "near-best": within 5% of the best
 TOP = 10  # configs re-recorded
 
@@ -251,7 +252,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", type=int, default=1000, help="draws written to the file")
     parser.add_argument("--out", type=Path, help="default: grid-truth-<grid>.json beside it")
     args = parser.parse_args(argv)
-    paths = args.data or [p for p in (LARGE, SMALL, RERECORD) if p.is_file()]
+    rerecords = sorted((HERE / "data").glob(RERECORDS))
+    paths = args.data or [p for p in (LARGE, SMALL) if p.is_file()] + rerecords
     for p in paths:
         if not p.is_file():
             print(f"no grid file at {p}", file=sys.stderr)

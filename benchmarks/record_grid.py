@@ -378,6 +378,14 @@ def main() -> int:
         help="re-record the top configs of grid_truth.py's file, interleaved with the baseline "
         "(benchmarks/_rerecord.py), into --out (default grid-rerecord-<grid>.json)",
     )
+    parser.add_argument(
+        "--continue",
+        dest="continues",
+        type=Path,
+        metavar="FILE",
+        help="with --rerecord: take FILE's plan and record the slots after its last run into "
+        "--out, a sitting of its own (another machine, or another day)",
+    )
     args = parser.parse_args()
 
     grid_plan = PLANS[args.space]
@@ -394,6 +402,7 @@ def main() -> int:
             dry=args.dry_run,
             limit=args.limit,
             grid=sys.modules[__name__],
+            continues=args.continues,
         )
     args.out = args.out or grid_plan.data
     if args.dry_run:

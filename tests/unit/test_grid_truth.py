@@ -181,3 +181,38 @@ def test_a_rerecorded_sitting_joins_the_fit(tmp_path: Path) -> None:
     lo, hi = doc["model"]["parameters"][name]["interval"]
     # The synthetic grid's drift is -10%/h from its first run; the new sitting reads -0.5.
     assert lo < -0.2 and hi < 0
+
+
+def test_a_continuation_records_the_rest_of_the_plan_as_its_own_sitting(tmp_path: Path) -> None:
+    truth = tmp_path / "truth.json"
+    doc = json.loads(TRUTH_FILE.read_text())
+    truth.write_text(json.dumps({"rerecord": doc["rerecord"]}))
+    first, rest = tmp_path / "first.json", tmp_path / "rest.json"
+    calls: list[int] = []
+
+    def stand_in(_preset: object, params: dict, slot: int) -> dict:
+        # A named stand-in for one real vLLM run (no model or vLLM here).
+        calls.append(slot)
+        return {"failure_kind": None, "tasks_per_hour": 1000.0,
+                "recorded_at": _stamp(2 * slot)}  # fmt: skip
+
+    kw = {"dry": False, "evaluate": stand_in, "grid": record_grid}
+    zen = {"cpu_model": "zen"}
+    assert _rerecord.rerecord(truth, first, TABLE.preset, limit=16, machine=zen, **kw) == 0
+    # The truth moves on (another top 10); the continuation keeps the first file's plan.
+    other = dict(doc["rerecord"], configs=doc["rerecord"]["configs"][2:6])
+    truth.write_text(json.dumps({"rerecord": other}))
+    intel = {"cpu_model": "intel"}
+    more = {"machine": intel, "continues": first, **kw}
+    assert _rerecord.rerecord(truth, rest, TABLE.preset, limit=5, **more) == 0
+    assert _rerecord.rerecord(truth, rest, TABLE.preset, limit=None, machine=intel, **kw) == 0
+    saved = json.loads(rest.read_text())
+    assert calls == list(range(48))
+    assert saved["plan"] == json.loads(first.read_text())["plan"] and saved["first_slot"] == 16
+    assert [r["slot"] for r in saved["runs"]] == list(range(16, 48))
+    assert saved["runs"][0]["role"] == "baseline" and len(saved["ratios"]) == 20
+    assert all(r["cpu"] == intel for r in saved["runs"])
+    # Every config run of the plan has its ratio in one file or the other.
+    ratio_slots = {r["slot"] for f in (first, rest) for r in json.loads(f.read_text())["ratios"]}
+    plan = json.loads(first.read_text())["plan"]
+    assert ratio_slots == {e["slot"] for e in plan if e["role"] == "config"}
