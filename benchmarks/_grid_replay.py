@@ -92,6 +92,7 @@ class NoiseModel:
 
     run_factors: tuple[float, ...]
     residuals: tuple[float, ...]
+    run_scale: float = 1.0  # `GridTable.with_run_sd`: the run factors rescaled to a measured sd
 
     @property
     def learned(self) -> bool:
@@ -102,7 +103,7 @@ class NoiseModel:
         """Log multipliers for `n` tasks of one run."""
         if not self.run_factors:
             return [0.0] * n
-        f = rng.choice(self.run_factors)
+        f = rng.choice(self.run_factors) * self.run_scale
         return [f + rng.choice(self.residuals) for _ in range(n)]
 
 
@@ -261,6 +262,34 @@ class GridTable:
         c = self.configs.get(key)
         return c is not None and c.ok and c.tasks_per_hour >= (1 - within) * self.true_best()
 
+    def with_run_sd(self, sd: float, seed: int = 0) -> GridTable:
+        """A copy whose replayed runs scatter (log tasks/h, between starts) by `sd` in all.
+
+        The grid's run factors come from configs repeated 1-2 hours apart, so they hold the
+        box's drift; a fitted run sd (`grid_truth.py`'s sigma, drift modelled apart) is the
+        scatter of starts minutes apart. The run factors are rescaled so that factor and task
+        residuals together give `sd`; the task residuals (each task's scatter within a run,
+        which screening's rungs see) stay as recorded."""
+        import copy
+
+        if not self.noise.learned:
+            return self
+        rng = random.Random(seed)
+        base = self.configs[config_key(self.preset.baseline_params())]
+        bare = NoiseModel((0.0,), self.noise.residuals)
+        logs = []
+        for _ in range(400):
+            noise = bare.draw(rng, len(base.log_mean))
+            durations = [math.exp(m + e) for m, e in zip(base.log_mean, noise, strict=True)]
+            logs.append(-math.log(max(closed_loop(durations, self.preset.workload.agents)[1])))
+        mean = fmean(logs)
+        task_var = fmean((x - mean) ** 2 for x in logs)
+        factor_var = fmean(f * f for f in self.noise.run_factors)
+        scale = math.sqrt(max(0.0, sd * sd - task_var) / factor_var) if factor_var else 0.0
+        out = copy.copy(self)
+        out.noise = NoiseModel(self.noise.run_factors, self.noise.residuals, scale)
+        return out
+
     def grid_cost_s(self) -> float:
         """Every configuration run once in full: what the grid costs."""
         return sum(
@@ -272,21 +301,24 @@ class GridTable:
         _, ends = closed_loop([math.exp(x) for x in c.log_mean], self.preset.workload.agents)
         return max(ends, default=0.0)
 
-    def replay(self, params: dict[str, Any], rng: random.Random) -> SimRun | None:
-        """One noisy run of a configuration; None when it did not start (see `configs`)."""
+    def replay(
+        self, params: dict[str, Any], rng: random.Random, shift: float = 0.0
+    ) -> SimRun | None:
+        """One noisy run of a configuration; None when it did not start (see `configs`).
+        `shift`: added to every task's log duration (the machine's drift at the run's start)."""
         c = self.configs[config_key(params)]
         if not c.ok:
             return None
         n = len(c.log_mean)
         if self.noise.learned:
             noise = self.noise.draw(rng, n)
-            durations = [math.exp(m + e) for m, e in zip(c.log_mean, noise, strict=True)]
+            durations = [math.exp(m + e + shift) for m, e in zip(c.log_mean, noise, strict=True)]
             success = tuple(bool(rng.choice(c.successes)[i]) for i in range(n))
         else:
             # No repeats recorded yet: resample the run's tasks (outcome and duration together),
             # as `score_tasks`' interval does. Wider than the repeat noise: it adds the task mix.
             picks = [rng.randrange(n) for _ in range(n)]
-            durations = [math.exp(c.log_mean[i]) for i in picks]
+            durations = [math.exp(c.log_mean[i] + shift) for i in picks]
             success = tuple(bool(rng.choice(c.successes)[i]) for i in picks)
         starts, ends = closed_loop(durations, self.preset.workload.agents)
         return SimRun(c, self.task_ids, success, tuple(durations), tuple(starts), tuple(ends))

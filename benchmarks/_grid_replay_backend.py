@@ -52,8 +52,12 @@ class GridReplayBackend:
     (start, end) on the clock: the GPU-seconds a study spent by any moment follow from it.
     """
 
-    def __init__(self, table: GridTable, slots: int, rng: random.Random) -> None:
+    def __init__(
+        self, table: GridTable, slots: int, rng: random.Random, drift_per_h: float = 0.0
+    ) -> None:
         self.table, self._slots, self.rng = table, slots, rng
+        # The machine's drift: log tasks/h moves by drift_per_h an hour of the study's clock.
+        self.drift_per_h = drift_per_h
         self.clock = 0.0
         self.live: dict[int, _Live] = {}
         self.spans: dict[int, tuple[float, float]] = {}
@@ -68,7 +72,8 @@ class GridReplayBackend:
         return True
 
     def submit(self, slot: int, request: TrialRequest) -> None:
-        sim = self.table.replay(request.params, self.rng)
+        shift = -self.drift_per_h * self.clock / 3600.0  # slower (longer tasks) as tasks/h falls
+        sim = self.table.replay(request.params, self.rng, shift)
         if sim is None:
             c = self.table.configs[config_key(request.params)]
             run = _Live(slot, request, self.clock, None, self.clock + c.failed_wall_s, [])

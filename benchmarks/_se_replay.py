@@ -126,7 +126,7 @@ def _search(
         direction="maximize",
         sampler=optuna.samplers.RandomSampler(seed),  # unused: the loop enqueues every run
     )
-    backend = _Recorder(table, slots, random.Random(seed * 7919 + slots))
+    backend = _Recorder(table, slots, random.Random(seed * 7919 + slots), _drift(seed))
     if search.sampler is None:
         study.enqueue_trial(preset.baseline_params(), user_attrs={TrialAttr.ROLE: "baseline"})
         base = config_key(preset.baseline_params())
@@ -264,14 +264,32 @@ def _exported(
 
 _TABLE: GridTable | None = None
 _WORLDS: list[GridTable] = []  # posterior world: one table per truth draw (seed % draws)
+_DRIFTS: list[float] = []  # measured noise: the fitted sittings' drifts, log tasks/h an hour
 
 
-def _init(path: str, worlds: list[dict[str, float]] | None = None) -> None:
-    """A worker's state: the recorded grid and, for the posterior world, each draw's mus."""
+def _drift(seed: int) -> float:
+    """A study's drift: one of the fitted sittings' (either sign), chosen by the seed."""
+    if not _DRIFTS:
+        return 0.0
+    rng = random.Random(seed * 104729 + 17)
+    return rng.choice(_DRIFTS) * rng.choice((-1.0, 1.0))
+
+
+def _init(
+    path: str,
+    worlds: list[dict[str, float]] | None = None,
+    noise: tuple[float, list[float]] | None = None,
+) -> None:
+    """A worker's state: the recorded grid and, for the posterior world, each draw's mus;
+    `noise` (run sd, drifts an hour): the measured noise instead of the grid's repeats."""
     global _TABLE
     warnings.simplefilter("ignore")
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     _TABLE = GridTable.load(Path(path))
+    _DRIFTS[:] = []
+    if noise is not None:
+        _TABLE = _TABLE.with_run_sd(noise[0])
+        _DRIFTS[:] = noise[1]
     _WORLDS[:] = [world_table(_TABLE, mus) for mus in worlds or []]
     _memoized_paired_ratio()
 

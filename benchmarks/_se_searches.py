@@ -115,6 +115,8 @@ VARIANTS = (
 
 def _confirm_variants() -> list[Search]:
     """`tuner optimize`'s CPU default (screening on) under other confirmation settings."""
+    assert DEFAULT.confirm is not None
+    top, rounds = DEFAULT.confirm
     screen = PruneRule(screening=SCREEN_RULES["shipped"])
     return (
         [
@@ -129,6 +131,15 @@ def _confirm_variants() -> list[Search]:
                 ("TPE start-up 3", Tpe(3)),
                 ("TPE start-up 5", Tpe(5)),
                 ("GP start-up 3", Gp(3)),
+            )
+        ]
+        + [
+            # The shipped study with one more finalist (issue 36: "the 2-3 best").
+            Search(
+                DEFAULT.name.replace(f"confirm {top},", f"confirm {top + 1},"),
+                DEFAULT.sampler,
+                DEFAULT.prune,
+                (top + 1, rounds),
             )
         ]
         + [

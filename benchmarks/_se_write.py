@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _se_grid_facts import GOAL_BUDGET, GOAL_HIT, GOAL_MARGIN, GOAL_REGRET, rel
+from _se_grid_facts import GOAL_BUDGET, GOAL_HIT, GOAL_MARGIN, GOAL_REGRET, rel, truth_text
 from _se_searches import DEFAULT, RANDOM_DEFAULT
 
 
@@ -75,7 +75,12 @@ def _why_lines(grid: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
         text += f" (the baseline in {fallback:.0%})"
     text += ": it picks among single runs"
     cv = grid.get("repeat_cv")
-    if cv is not None:
+    if grid.get("noise_sd") is not None:
+        text += (
+            f" whose tasks/h moves {grid['noise_sd']:.1%} between server starts, on a box that "
+            f"drifts, against a 5% band of {grid['near_best']} configs"
+        )
+    elif cv is not None:
         text += (
             f" whose tasks/h moves {cv:.1%} (CV) between server starts (the repeats ran 1-2 h "
             f"after the first runs: drift included), against a 5% band of {grid['near_best']} "
@@ -256,29 +261,6 @@ def table_lines(rows: list[dict[str, Any]], names: tuple[str, ...] = README_SEAR
     return out
 
 
-def _truth_text(doc: dict[str, Any]) -> str:
-    t = doc["grid"].get("truth")
-    if not t:
-        return ""
-    lo, hi = t["best_interval"]
-    kv = t.get("kv")
-    text = (
-        f"The truth is a posterior, not the best recorded run (benchmarks/grid_truth.py: log "
-        "tasks/h = knob effects + a per-config effect + each sitting's drift, fitted to all "
-        f"{t['runs']} runs of both recorded grids): its best, {t['best_words']}, serves "
-        f"{t['best_tasks_per_hour']:.0f} tasks/h (95% {lo:.0f}-{hi:.0f}) and is the best in "
-        f"{t['p_best_top']:.0%} of the draws; {t['expected_near_best']} configs are expected "
-        f"within 5% of the best; run noise {t['sigma']:.1%}, drift {t['drift_per_h']:+.1%} an "
-        "hour at mid-sitting"
-    )
-    if kv:
-        text += (
-            f"; the 2 GB KV cache x{kv['ratio']:.3f} (95% x{kv['interval'][0]:.3f}-"
-            f"x{kv['interval'][1]:.3f}) once drift is in"
-        )
-    return text + (". Its top 10 are not re-recorded yet (`record_grid.py --rerecord`).")
-
-
 def render_readme(doc: dict[str, Any]) -> str:
     """The README's section (between BEGIN and END) from what a run wrote (its JSON)."""
     grid = doc["grid"]
@@ -301,8 +283,10 @@ def render_readme(doc: dict[str, Any]) -> str:
             + '; hit: regret <= 5%; "+ screening": a candidate stops at a rung when even its '
             "optimistic rate cannot reach the best trial's."
         )
+    if grid.get("noise"):
+        intro += f" Between-start noise: {grid['noise']}."
     out = [BEGIN, src, *_wrap(intro)]
-    if truth := _truth_text(doc):
+    if truth := truth_text(doc["grid"].get("truth")):
         t_src = f"<!-- source: {', '.join([*files, grid['truth']['file']])} -->"
         out += ["", t_src, *_wrap(truth)]
     out += ["", src, *table_lines(doc["rows"])]

@@ -115,6 +115,13 @@ def main() -> int:
         help="replay each seed in a posterior draw of the truth, or the recorded means",
     )
     parser.add_argument(
+        "--noise",
+        choices=("measured", "grid"),
+        default="measured",
+        help="between-start noise: the truth's fitted run sd with its sittings' drifts "
+        "(measured), or the grid's repeats as they are (grid: 1-2 h apart, drift inside)",
+    )
+    parser.add_argument(
         "--screening", action="store_true", help="also tuner and random search with screening"
     )
     parser.add_argument(
@@ -186,7 +193,8 @@ def main() -> int:
     slots = tuple(int(x) for x in args.slots.split(","))
     jobs = [(i, k, s) for i in range(len(SEARCHES_ALL)) for k in slots for s in range(args.seeds)]
     out: dict[tuple[int, int], dict[int, StudyRun]] = {}
-    init = (str(args.data), worlds)
+    noise = measured_noise(truth) if args.noise == "measured" else None
+    init = (str(args.data), worlds, noise)
     with ProcessPoolExecutor(args.jobs, initializer=_init, initargs=init) as pool:
         for i, k, seed, run in pool.map(_one, jobs, chunksize=8):
             out.setdefault((i, k), {})[seed] = run
@@ -219,14 +227,17 @@ def main() -> int:
     grid = grid_facts(table, args.data, args.seeds, took)
     grid["truth"] = truth_facts(truth)
     grid["knob_lines"] = knob_lines(grid)
+    grid["noise"] = noise_words(noise)
+    grid["noise_sd"] = None if noise is None else noise[0]
     header = (
         f"grid: {grid['configs']} configs, cost {grid['cost_min']} min; truth {rel(truth)} "
-        f"({args.world} world); {args.seeds} seeds; workload {table.preset.workload.mode} mode "
-        "(load shape, answers not graded)"
+        f"({args.world} world); {args.seeds} seeds; noise: {grid['noise']}; workload "
+        f"{table.preset.workload.mode} mode (load shape, answers not graded)"
     )
     lines = md_table(rows, header, took) + paired_lines(paired)
     verdict = verdict_lines(grid, rows)
-    extra = {"world": args.world, "seeds_file": rel(seeds_file), "paired": paired}
+    extra = {"world": args.world, "noise": args.noise, "seeds_file": rel(seeds_file)}
+    extra["paired"] = paired
     extra["verdict"] = [line for line in verdict if line]
     extra["regret_verdict"] = regret_lines({"rows": rows, "paired": paired})
     lines += ["", *extra["regret_verdict"], *verdict]
@@ -235,6 +246,27 @@ def main() -> int:
     print("\n".join(lines))
     doc = _write(args.out, lines, rows, grid, extra)
     return write_readme(args.readme, doc) if args.readme is not None else 0
+
+
+def measured_noise(truth: Path) -> tuple[float, list[float]]:
+    """The truth's fitted between-start sd (drift modelled apart) and each sitting's linear
+    drift an hour: what a replayed run scatters by, and how its study's box drifts."""
+    model = json.loads(truth.read_text())["model"]
+    params = model["parameters"]
+    drifts = [abs(e["estimate"]) for n, e in params.items() if n.startswith("drift/h ")]
+    return float(model["sigma"]["estimate"]), drifts
+
+
+def noise_words(noise: tuple[float, list[float]] | None) -> str:
+    """The noise a replay used, in words."""
+    if noise is None:
+        return "the grid's repeats (1-2 h apart, drift inside), each run independent"
+    sd, drifts = noise
+    each = ", ".join(f"{d:.1%}" for d in drifts)
+    return (
+        f"run sd {sd:.1%} (the truth's fit, starts minutes apart) and a drift of one of its "
+        f"sittings ({each} an hour, either sign) on the study's clock"
+    )
 
 
 def out_path(data: Path) -> Path:

@@ -19,7 +19,7 @@ BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCH))
 
 import record_grid  # noqa: E402
-from _grid_replay import DATA, GridTable, closed_loop  # noqa: E402
+from _grid_replay import DATA, LARGE_DATA, GridTable, closed_loop  # noqa: E402
 from _grid_replay_backend import GridReplayBackend  # noqa: E402
 
 from tuner.study.search.driver import request_factory  # noqa: E402
@@ -159,3 +159,55 @@ def test_a_config_that_could_not_start_replays_as_recorded() -> None:
     assert done.result is not None
     assert done.result.infeasible and done.result.failure_kind == "no_kv_cache_memory"
     assert backend.clock == pytest.approx(42.0)
+
+
+def _log_rates(table: GridTable, n: int, seed: int) -> list[float]:
+    import math
+
+    params = table.preset.baseline_params()
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        sim = table.replay(params, rng)
+        assert sim is not None
+        out.append(math.log(sim.tasks_per_hour))
+    return out
+
+
+@pytest.mark.parametrize("sd", [0.04, 0.0625, 0.09])
+def test_measured_noise_makes_replayed_starts_scatter_by_the_sd_asked(sd: float) -> None:
+    import statistics
+
+    table = GridTable.load(LARGE_DATA)
+    wide = statistics.pstdev(_log_rates(table, 400, 1))
+    got = statistics.pstdev(_log_rates(table.with_run_sd(sd), 400, 1))
+    # The grid's repeats (1-2 h apart) scatter by about 11%; the rescaled runs by `sd`, with
+    # the tasks' own scatter within a run kept (it is part of `sd`, not added to it).
+    assert wide > 0.10
+    assert got == pytest.approx(sd, rel=0.15)
+
+
+def test_a_drifting_box_slows_later_runs_by_the_drift() -> None:
+    import math
+    import statistics
+
+    table = GridTable.load(LARGE_DATA).with_run_sd(0.0625)
+    make = request_factory(table.preset, model_path="recorded", cache_dir=Path("."))
+    params = table.preset.baseline_params()
+
+    def mean_log_rate(drift: float, hours: float) -> float:
+        rates = []
+        for seed in range(150):
+            backend = GridReplayBackend(table, 1, random.Random(seed), drift_per_h=drift)
+            backend.clock = hours * 3600.0
+            trial = optuna.create_study(direction="maximize").ask()
+            backend.submit(0, make(trial, params))
+            sim = backend.live[trial.number].sim
+            assert sim is not None
+            rates.append(math.log(sim.tasks_per_hour))
+        return statistics.fmean(rates)
+
+    # Same seeds, two hours into a study on a box losing 15% an hour: log tasks/h 0.30 lower.
+    flat, drifting = mean_log_rate(0.0, 2.0), mean_log_rate(-0.15, 2.0)
+    assert flat - drifting == pytest.approx(0.30, abs=0.01)
+    assert mean_log_rate(-0.15, 0.0) == pytest.approx(flat, abs=1e-9)
