@@ -7,7 +7,8 @@ later) on a box that drifted. This fits, to every run of the recorded grids,
     log tasks/h = spec(method x depth x lookup) + KV + max_num_seqs      (knob effects)
                   [+ interactions, kept where the data support them: AIC of the ML fit]
                   + u(config)                       (per-config effect, ~ N(0, tau^2))
-                  + sitting + drift(sitting) x hours (machine/sitting offset, linear drift)
+                  + sitting + n-gram x sitting      (machine/sitting offset, its n-gram shift)
+                  + drift(sitting) x hours          (linear drift; drift^2 in long sittings)
                   + e(run)                          (run-to-run noise, ~ N(0, sigma^2))
 
 and a config's truth mu is the fixed part plus u at the large grid's sitting, at the mean time
@@ -15,8 +16,11 @@ of its runs (regret is a ratio of mus, so this reference cancels). The fit: rest
 likelihood (REML) over (tau, sigma) on a grid, prior flat on tau and on log sigma, flat on the
 fixed effects; given (tau, sigma) the effects are Gaussian, so posterior draws are exact up to
 the grid (no Laplace step). The runs of the 10-config grid (another, slower machine; its configs
-are all in the large one) join with their own sitting offset and drift; so do the runs of a
-re-recording (`record_grid.py --rerecord`, its own sitting), interleaved with the baseline.
+are all in the large one) join with their own sitting offset, n-gram shift and drift; so do the
+runs of each re-recording (`record_grid.py --rerecord`, and its `--continue` files on other
+machines: one sitting a file), interleaved with the baseline. How much n-gram speculation
+helps is a sitting's own (the machine, and how many cores vLLM was given); the differences
+among n-gram configs are shared, so a re-record sharpens the ranking at the top.
 
     python benchmarks/grid_truth.py [--data GRID.json ...] [--draws 4000] [--out FILE]
 

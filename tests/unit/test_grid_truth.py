@@ -76,6 +76,40 @@ def test_the_fit_recovers_a_known_truth_within_its_intervals(tmp_path: Path) -> 
     assert sum(c["p_best"] for c in doc["configs"]) == pytest.approx(1.0, abs=1e-6)
 
 
+def _synthetic_rerecord(tmp_path: Path, seed: int, ngram_shift: float) -> Path:
+    """A re-record sitting of the top configs on another machine: 30% slower, n-gram's gain
+    shifted by `ngram_shift` (log), every config run three times between baseline runs."""
+    rng = random.Random(seed)
+    top = sorted(CONFIGS, key=_known_mu, reverse=True)[:6]
+    order = _rerecord.plan(top, TABLE.preset.baseline_params())
+    runs = []
+    for e in order:
+        p = e["params"]
+        y = _known_mu(p) + math.log(0.7) + ngram_shift * (p["method"] != "none")
+        y += rng.gauss(0, 0.05)
+        runs.append({**e, "failure_kind": None, "tasks_per_hour": math.exp(y),
+                     "recorded_at": _stamp(2 * e["slot"]), "cpu": {"cpu_model": "other"}})  # fmt: skip
+    path = tmp_path / "grid-rerecord-synthetic.json"
+    path.write_text(json.dumps({"cpu": {"cpu_model": "other"}, "plan": order, "runs": runs}))
+    return path
+
+
+def test_a_sitting_where_ngram_helps_less_keeps_the_ranking_and_finds_its_shift(
+    tmp_path: Path,
+) -> None:
+    grid = _synthetic_grid(tmp_path, seed=4)
+    again = _synthetic_rerecord(tmp_path, seed=5, ngram_shift=-0.2)
+    doc = grid_truth.build([grid, again], draws=1000, keep=200)
+    params = doc["model"]["parameters"]
+    shift = next(e for name, e in params.items() if name.startswith("n-gram x sitting "))
+    assert shift["interval"][0] <= -0.2 <= shift["interval"][1] and shift["interval"][1] < 0
+    # The reference speed-up is the grid's: depth 4 lookup 1 is x exp(0.45) over no speculation.
+    spec = params["spec ngram d4 lookup 1-3"]
+    assert spec["interval"][0] <= 0.45 <= spec["interval"][1]
+    best = max(CONFIGS, key=_known_mu)
+    assert [c["key"] for c in doc["configs"]].index(config_key(best)) < 2
+
+
 def test_the_truth_file_names_every_run_s_machine_and_holds_the_draws() -> None:
     doc = json.loads(TRUTH_FILE.read_text())
     assert doc["runs"] and all(r["machine"] and r["sitting"] for r in doc["runs"])
