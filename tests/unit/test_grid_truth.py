@@ -87,8 +87,9 @@ def _synthetic_rerecord(tmp_path: Path, seed: int, ngram_shift: float) -> Path:
         p = e["params"]
         y = _known_mu(p) + math.log(0.7) + ngram_shift * (p["method"] != "none")
         y += rng.gauss(0, 0.05)
+        stamp = _stamp(2 * e["slot"])
         runs.append({**e, "failure_kind": None, "tasks_per_hour": math.exp(y),
-                     "recorded_at": _stamp(2 * e["slot"]), "cpu": {"cpu_model": "other"}})  # fmt: skip
+                     "recorded_at": stamp, "cpu": {"cpu_model": "other"}})  # fmt: skip
     path = tmp_path / "grid-rerecord-synthetic.json"
     path.write_text(json.dumps({"cpu": {"cpu_model": "other"}, "plan": order, "runs": runs}))
     return path
