@@ -134,6 +134,15 @@ def _confirm_variants() -> list[Search]:
             )
         ]
         + [
+            # The shipped study without screening (issue 36: keep it only if it pays).
+            Search(
+                DEFAULT.name.replace("screening, ", "no screening, "),
+                DEFAULT.sampler,
+                PruneRule(),
+                DEFAULT.confirm,
+            )
+        ]
+        + [
             # The shipped study with one more finalist (issue 36: "the 2-3 best").
             Search(
                 DEFAULT.name.replace(f"confirm {top},", f"confirm {top + 1},"),
