@@ -226,6 +226,34 @@ def build(paths: list[Path], draws: int, keep: int, seed: int = 36) -> dict[str,
         **summarize(f, runs, configs, keep),
     }
     out["rerecord"] = rerecord_plan(out)
+    out["rerecord_ratios"] = rerecord_ratios(paths)
+    return out
+
+
+def rerecord_ratios(paths: list[Path]) -> list[dict[str, Any]]:
+    """Each re-record file's ratios to its interleaved baseline, by config: the geometric mean
+    and the runs (what a sitting on another machine says of the top configs, before the fit)."""
+    out = []
+    for path in paths:
+        data = json.loads(path.read_text())
+        if "ratios" not in data:
+            continue
+        by_key: dict[str, list[float]] = {}
+        for r in data["ratios"]:
+            by_key.setdefault(r["key"], []).append(r["ratio"])
+        out.append(
+            {
+                "file": _rel(path),
+                "machine": _machine_name(data, data["runs"][0]) if data["runs"] else "",
+                "configs": {
+                    k: {
+                        "ratio": round(math.exp(sum(map(math.log, v)) / len(v)), 4),
+                        "runs": [round(x, 4) for x in v],
+                    }
+                    for k, v in by_key.items()
+                },
+            }
+        )
     return out
 
 
@@ -282,6 +310,11 @@ def main(argv: list[str] | None = None) -> int:
             f"  {c['rank']:2d}. {c['tasks_per_hour']:7.1f} {c['interval']} P(best) "
             f"{c['p_best']:.3f} P(near) {c['p_near_best']:.3f} runs {c['runs']} {c['key']}"
         )
+    rank = {c["key"]: c["rank"] for c in doc["configs"]}
+    for f in doc["rerecord_ratios"]:
+        print(f"re-record {f['file']} ({f['machine']}): ratio to the interleaved baseline")
+        for key, e in sorted(f["configs"].items(), key=lambda kv: rank[kv[0]]):
+            print(f"  rank {rank[key]:2d}: x{e['ratio']:.3f} {e['runs']} {key}")
     return 0
 
 
