@@ -263,13 +263,15 @@ def truth_text(t: dict[str, Any] | None) -> str:
     again = t.get("rerecorded") or []
     if not again:
         return text + ". Its top 10 are not re-recorded yet (`record_grid.py --rerecord`)."
-    sittings = "; ".join(
-        f"{s['config_runs']} config runs on {s['machine']} (its n-gram speed-up "
-        f"x{s['ngram'][0]:.2f}, 95% x{s['ngram'][1]:.2f}-x{s['ngram'][2]:.2f} of the grid's)"
-        for s in again
+
+    def name(s: dict[str, Any]) -> str:
+        return s["machine"].replace("(R)", "").removesuffix(" 2 cores")
+
+    runs = ", ".join(f"{s['config_runs']} on {name(s)}" for s in again)
+    gains = " and ".join(
+        f"x{s['ngram'][0]:.2f} ({s['ngram'][1]:.2f}-{s['ngram'][2]:.2f})" for s in again
     )
     return text + (
-        f". Its top {t['rerecord_configs']} were re-recorded, each run between two baseline "
-        f"runs: {sittings}; each sitting has its own n-gram speed-up, the ranking among n-gram "
-        "configs is shared."
+        f". Its top {t['rerecord_configs']} were re-recorded between baseline runs ({runs}), "
+        f"with n-gram speed-ups of {gains} the grid's; the ranking among n-gram configs is shared."
     )

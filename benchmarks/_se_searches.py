@@ -11,7 +11,7 @@ import optuna
 from _grid_replay import SCREEN_RULES
 
 from tuner.study.search.pruning import PruneRule
-from tuner.study.search.sampling import SamplerFactory, make_sampler
+from tuner.study.search.sampling import SamplerFactory, make_sampler, startup_trials
 from tuner.study.space import load_preset
 from tuner.study.stages.confirm import ConfirmPlan
 
@@ -77,7 +77,7 @@ class Tpe:
     def __call__(self, seed: int | None, n_trials: int) -> optuna.samplers.BaseSampler:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            startup = self.startup if self.startup is not None else max(3, min(10, n_trials // 3))
+            startup = self.startup if self.startup is not None else startup_trials(n_trials)
             return optuna.samplers.TPESampler(
                 multivariate=self.multivariate,
                 group=self.multivariate,
@@ -102,7 +102,7 @@ class Gp:
 VARIANTS = (
     Search("TPE start-up 1", Tpe(1), PruneRule()),
     Search("TPE start-up 2", Tpe(2), PruneRule()),
-    Search("TPE start-up 5", Tpe(5), PruneRule()),
+    Search("TPE start-up 10", Tpe(10), PruneRule()),
     Search("TPE independent", Tpe(None, multivariate=False), PruneRule()),
     Search("TPE no liar", Tpe(None, liar=False), PruneRule()),
     Search("GP start-up 3", Gp(3), PruneRule()),
@@ -129,7 +129,7 @@ def _confirm_variants() -> list[Search]:
             Search(f"{DEFAULT.name} {name}", sampler, DEFAULT.prune, DEFAULT.confirm)
             for name, sampler in (
                 ("TPE start-up 3", Tpe(3)),
-                ("TPE start-up 5", Tpe(5)),
+                ("TPE start-up 10 (the cap before)", Tpe(10)),
                 ("GP start-up 3", Gp(3)),
             )
         ]

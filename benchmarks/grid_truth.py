@@ -284,7 +284,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", type=int, default=1000, help="draws written to the file")
     parser.add_argument("--out", type=Path, help="default: grid-truth-<grid>.json beside it")
     args = parser.parse_args(argv)
-    rerecords = sorted((HERE / "data").glob(RERECORDS))
+    # The first sitting's file, then its continuations (longer names), each in name order.
+    rerecords = sorted((HERE / "data").glob(RERECORDS), key=lambda p: (len(p.name), p.name))
     paths = args.data or [p for p in (LARGE, SMALL) if p.is_file()] + rerecords
     for p in paths:
         if not p.is_file():

@@ -262,10 +262,9 @@ def noise_words(noise: tuple[float, list[float]] | None) -> str:
     if noise is None:
         return "the grid's repeats (1-2 h apart, drift inside), each run independent"
     sd, drifts = noise
-    each = ", ".join(f"{d:.1%}" for d in drifts)
     return (
-        f"run sd {sd:.1%} (the truth's fit, starts minutes apart) and a drift of one of its "
-        f"sittings ({each} an hour, either sign) on the study's clock"
+        f"run sd {sd:.1%} between starts (the truth's fit) and a drift of one of its sittings "
+        f"({min(drifts):.0%}-{max(drifts):.0%} an hour, either sign) on the study's clock"
     )
 
 
