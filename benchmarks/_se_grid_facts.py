@@ -210,20 +210,21 @@ def truth_facts(path: Path) -> dict[str, Any]:
 
 
 def _rerecorded(doc: dict[str, Any]) -> list[dict[str, Any]]:
-    """Each re-record sitting the truth was fitted to: its machine, config runs, and its
-    n-gram shift against the reference sitting (ratio and 95% interval)."""
+    """Each re-record sitting the truth was fitted to (`rerecord_ratios`, in the sittings'
+    order): its machine, config runs, and its n-gram shift against the reference sitting
+    (ratio and 95% interval)."""
+    sitting_of = {r["source"]: r["sitting"] for r in doc["runs"]}
     out = []
-    for name in doc["model"]["sittings"][1:]:
-        runs = [r for r in doc["runs"] if r["sitting"] == name]
-        if not runs or "grid-rerecord-" not in runs[0]["source"]:
+    for f in doc.get("rerecord_ratios", []):
+        name = sitting_of.get(f["file"])
+        if name is None or name == doc["model"]["sittings"][0]:
             continue
-        data = json.loads((ROOT / runs[0]["source"]).read_text())
         e = doc["model"]["parameters"][f"n-gram x sitting {name}"]
         out.append(
             {
-                "file": runs[0]["source"],
-                "machine": runs[0]["machine"],
-                "config_runs": len(data["ratios"]),
+                "file": f["file"],
+                "machine": f["machine"],
+                "config_runs": sum(len(c["runs"]) for c in f["configs"].values()),
                 "ngram": [round(math.exp(x), 3) for x in (e["estimate"], *e["interval"])],
             }
         )

@@ -59,7 +59,7 @@ TPE_ATTEMPTS = 8
 
 # TPE's random start-up draws: a third of the budget, at least 3 and at most 5. The cap was 10
 # until the replay judged it on the export's regret against the re-recorded truth
-# (docs/decisions.md, "Model-guided sooner"): at most 5 random draws lowered the shipped
+# (docs/decisions.md, "TPE's start-ups capped at 5"): at most 5 random draws lowered the shipped
 # study's mean regret at a quarter of the grid's cost by 0.5 points (95% -0.9 to -0.1).
 STARTUP_MIN, STARTUP_MAX = 3, 5
 
