@@ -33,6 +33,7 @@ _ATTRS = (
     "tasks_per_hour_low",
     "tasks_per_hour_high",
     "startup_s",
+    "start_parts",
     "timing",
     "energy_per_task_j",
     "gpu_memory_mib",
@@ -56,6 +57,9 @@ _LOG_FACTS = {
     "vllm_version": r"Initializing a V1 LLM engine \(v([\w.]+)\)",
     "weights_gib": r"Model loading took ([\d.]+) GiB",
     "torch_compile_s": r"torch\.compile took ([\d.]+) s in total",
+    "compile_cache_load_s": r"Directly load the compiled graph\(s\) for compile range \S+ from the "
+    r"cache, took ([\d.]+) s",
+    "profiling_run_s": r"Initial profiling/warmup run took ([\d.]+) s",
     "init_engine_s": r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s",
     "available_kv_gib": r"Available KV cache memory: (-?[\d.]+) GiB",
     "kv_cache_tokens": r"GPU KV cache size: ([\d,]+) tokens",
@@ -165,6 +169,7 @@ def table(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "preemptions": t.get("preemptions"),
                 "acceptance_rate": t.get("acceptance_rate"),
                 "startup_s": t.get("startup_s"),
+                "start_parts": t.get("start_parts"),
             }
         )
     return list(rows.values())

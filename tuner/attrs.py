@@ -107,6 +107,10 @@ class TrialAttr:
     ENERGY_PER_TASK_J: Final = "energy_per_task_j"  # absent when not measured
     GPU_MEMORY_MIB: Final = "gpu_memory_mib"  # NVML, at the end of the window; absent on CPU
     STARTUP_S: Final = "startup_s"
+    # The start's parts in seconds, from the server's log (tuner.server.facts): {load_s,
+    # compile_s, compile_cache ("hit" or "miss"), profile_s, graphs_s, engine_init_s}; only
+    # the parts the log named.
+    START_PARTS: Final = "start_parts"
     # Scored steps per reuse class (tuner.workload.reuse.COUNTED_REUSE_CLASSES): {class: n}
     REUSE: Final = "reuse"
     BLOCK_SIZE: Final = "block_size"  # the attention KV block in tokens the server used

@@ -54,6 +54,13 @@ class StartupFacts:
     engine_init_seconds: float | None = None
     startup_seconds: float | None = None
     vllm_version: str | None = None
+    # The start's parts beside load, graph capture and engine init: torch.compile (all of a
+    # server's compiled models together: MTP's drafter is a second one), whether every compiled
+    # graph came from vLLM's compile cache, and the first profiling run (Triton JIT and
+    # autotuning happen there on a GPU).
+    compile_seconds: float | None = None
+    compile_cache_hit: bool | None = None
+    profile_seconds: float | None = None
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from tuner.study.preflight.sizing import MIN_SCORED_S, size_workload
+from tuner.errors import ConfigError
+from tuner.study.preflight.sizing import MIN_SCORED_S, check_sizing, size_workload
 from tuner.study.space import Preset, load_preset
 
 
@@ -83,7 +84,12 @@ def test_the_replay_workload_grows_prompts_to_the_context_limit(preset: Preset) 
     assert 1_000 <= s.tool_output_median_tokens <= 1_200
     assert s.max_context_tokens < preset.model.max_model_len == 16_384
     assert s.shared_prefix_tokens + 12 * s.tool_output_median_tokens > 12_000
-    # Its window is bounded by prefills, not tools: the measured one is what preflight checks.
+    # Its window is bounded by prefills, not tools: the measured one, and the task count the
+    # preset showed to separate its effects, are what preflight checks (issue 46).
     sizing = size_workload(w)
     assert sizing.floor_s < MIN_SCORED_S
-    assert w.measured_scored_s is not None and w.measured_scored_s >= MIN_SCORED_S
+    assert w.measured_scored_s is not None
+    assert w.separating_tasks is not None and w.tasks >= w.separating_tasks
+    check_sizing(w, where="the preset")  # passes as it stands
+    with pytest.raises(ConfigError, match="use at least"):
+        check_sizing(w.model_copy(update={"tasks": w.separating_tasks - 1}), where="the preset")

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import sys
 
-from tuner.cli import db, explain, models, optimize, results, sweep  # noqa: F401 - importing registers commands
+from tuner.cli import cache, db, explain, models, optimize, results, sweep  # noqa: F401 - importing registers commands
 from tuner.cli import workload as workload_cli
 from tuner.cli._app import app, run
 
 __all__ = ["app", "main"]
 
+app.add_typer(cache.app, name="cache")
 app.add_typer(db.app, name="db")
 app.add_typer(models.app, name="models")
 app.add_typer(workload_cli.app, name="workload")

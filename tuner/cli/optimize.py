@@ -190,7 +190,7 @@ def optimize_cmd(
             console.print(f"re-queued interrupted trials: {list(summary.recovered)}")
         if summary.note:  # e.g. the space is exhausted, or an unfinished run was continued
             console.print(summary.note)
-        _confirm_and_print(replace(options, study_name=summary.study_name), plan)
+        _confirm_and_print(replace(options, study_name=summary.study_name), plan, preset)
         if preset.load_sweep:  # only when the preset asks: the sweep restarts every finalist
             from tuner.cli.sweep import sweep_after_optimize
 
@@ -199,8 +199,8 @@ def optimize_cmd(
         console.print("next: tuner export (best vllm serve command), tuner report, tuner dashboard")
 
 
-def _confirm_and_print(options: Any, plan: Any) -> None:
-    from tuner.study.stages.confirm import confirm_study
+def _confirm_and_print(options: Any, plan: Any, preset: Any) -> None:
+    from tuner.study.stages.confirm import confirm_study, floor_start_needed
 
     if plan.enabled:
         console.print(
@@ -210,7 +210,7 @@ def _confirm_and_print(options: Any, plan: Any) -> None:
             f"verdict is decided (first look after {plan.first_look}; the baseline's first "
             "start is the correctness floor)"
         )
-    else:
+    elif preset is None or floor_start_needed(preset):
         console.print(
             "no confirmation; one more start of the baseline for the correctness floor "
             "(export will say unconfirmed)"
@@ -270,6 +270,8 @@ def _announce(options: Any, preset: Any, plan: Any, n_trials: int) -> None:
     if options.progress is None:
         return
     stored = read_stored_study(options.storage_url, options.study_name or preset.study_name)
+    from tuner.study.stages.confirm import floor_start_needed
+
     reruns, confirm = planned_runs(
         n_trials,
         k=plan.k,
@@ -277,6 +279,7 @@ def _announce(options: Any, preset: Any, plan: Any, n_trials: int) -> None:
         confirm=plan.enabled,
         baseline_every=options.baseline_every,
         candidates=n_trials - 1 if stored is None else None,
+        floor=floor_start_needed(preset),
     )
     options.progress.say(workload_line(preset))
     options.progress.say(
@@ -366,7 +369,7 @@ def confirm_cmd(
     if stored is not None and plan.enabled:
         _announce(options, stored, plan, 0)
     with _interrupt_exits():
-        _confirm_and_print(options, plan)
+        _confirm_and_print(options, plan, stored)
     _publish(options.storage_url, study)
     console.print("next: tuner export (decides on the confirmation rounds), tuner report")
 

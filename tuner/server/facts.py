@@ -22,6 +22,7 @@ __all__ = [
     "parse_hybrid_cache",
     "parse_log",
     "parse_metric_labels",
+    "start_parts",
 ]
 
 _N = r"([\d,]+)"
@@ -39,6 +40,18 @@ _CPU_KV = re.compile(rf"(?:Explicitly|Auto) set \({_F}/{_F}\) GiB for KV cache")
 _WEIGHTS = re.compile(rf"Loading weights took {_F} seconds")
 _GRAPHS = re.compile(rf"Graph capturing finished in {_F} secs, took {_F} GiB")
 _INIT = re.compile(rf"init engine \(profile, create kv cache, warmup model\) took {_F} s")
+# torch.compile, once per compiled model (MTP's drafter is a second): vllm/compilation/
+# monitor.py and decorators.py (0.26-0.32); a graph loaded from vLLM's compile cache says
+# "Directly load the compiled graph(s)", one compiled afresh "Compiling a graph for".
+_COMPILE = re.compile(
+    rf"torch\.compile (?:and initial profiling/warmup run together )?took {_F} s in total"
+)
+_CACHE_LOAD = re.compile(r"Directly load the compiled graph")
+_CACHE_MISS = re.compile(r"Compiling a graph for ")
+_PROFILE = (
+    re.compile(rf"Initial profiling/warmup run took {_F} s"),
+    re.compile(rf"Memory profiling takes {_F} seconds"),
+)
 _VERSIONS = (
     re.compile(r"Initializing a V1 LLM engine \(v([^)\s]+)\)"),
     re.compile(r"vLLM API server version ([^\s,]+)"),
@@ -74,7 +87,8 @@ def parse_log(text: str) -> StartupFacts:
 
     Returns:
         KV cache tokens and concurrency, model load GiB and seconds, available KV cache GiB,
-        graph capture seconds and GiB, engine init seconds and the vLLM version.
+        graph capture seconds and GiB, engine init seconds, the vLLM version, and the start's
+        compile seconds, compile-cache hit and first profiling run.
     """
     facts = StartupFacts()
     if found := _KV.search(text):
@@ -94,6 +108,42 @@ def parse_log(text: str) -> StartupFacts:
     for pattern in _VERSIONS:
         if found := pattern.search(text):
             facts = replace(facts, vllm_version=found[1])
+            break
+    return _start_parts(text, facts)
+
+
+def start_parts(facts: StartupFacts) -> dict[str, float | str]:
+    """The start's parts a person compares between starts, by name (only those known).
+
+    load_s (weights), compile_s (torch.compile, all compiled models), compile_cache ("hit":
+    every graph came from vLLM's compile cache), profile_s (the first profiling run), graphs_s
+    (CUDA graph capture), engine_init_s (profiling, KV cache, warm-up and capture together).
+    """
+    parts: dict[str, float | str] = {}
+    for name, value in (
+        ("load_s", facts.model_load_seconds),
+        ("compile_s", facts.compile_seconds),
+        ("profile_s", facts.profile_seconds),
+        ("graphs_s", facts.graph_capture_seconds),
+        ("engine_init_s", facts.engine_init_seconds),
+    ):
+        if value is not None:
+            parts[name] = round(value, 2)
+    if facts.compile_cache_hit is not None:
+        parts["compile_cache"] = "hit" if facts.compile_cache_hit else "miss"
+    return parts
+
+
+def _start_parts(text: str, facts: StartupFacts) -> StartupFacts:
+    compiles = [_float(m[1]) for m in _COMPILE.finditer(text)]
+    if compiles:
+        facts = replace(facts, compile_seconds=round(sum(compiles), 2))
+    loaded, compiled = _CACHE_LOAD.search(text), _CACHE_MISS.search(text)
+    if loaded or compiled:
+        facts = replace(facts, compile_cache_hit=compiled is None)
+    for pattern in _PROFILE:
+        if found := pattern.search(text):
+            facts = replace(facts, profile_seconds=_float(found[1]))
             break
     return facts
 

@@ -42,6 +42,7 @@ import httpx
 
 from tuner.errors import ServerError
 from tuner.records import ServerStartRecord, StartupFacts
+from tuner.server.compile_cache import cache_root, server_env
 from tuner.server.crashes import ServerDeath, server_death
 from tuner.server.facts import merge_facts, parse_cache_info, parse_log
 from tuner.server.failures import FailureKind, StartupFailed, classify
@@ -326,6 +327,8 @@ class Launcher:
         self.state_dir = (state_dir if state_dir is not None else cache / "run").absolute()
         self.work_dir = (work_dir if work_dir is not None else cache / "work").absolute()
         self.launch_command = _absolute_program(launch_command or settings.launch_command())
+        # vLLM's compile cache for this install, under tuner's cache (compile_cache.py).
+        self.compile_root = cache_root(cache.absolute(), self.launch_command)
         # Where relative model paths were meant from (None: the caller's directory is gone).
         self._origin = _cwd()
         self.poll_s = poll_s
@@ -400,7 +403,7 @@ class Launcher:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env=os.environ | spec.env,
+                env=os.environ | server_env(self.compile_root, os.environ) | spec.env,
                 cwd=self.work_dir,
                 start_new_session=True,
             )

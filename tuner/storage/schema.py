@@ -100,6 +100,9 @@ class ServerStartRow(TrialKeyed, Base):
     engine_init_seconds: Mapped[float | None] = mapped_column(Float)
     startup_seconds: Mapped[float | None] = mapped_column(Float)
     vllm_version: Mapped[str | None] = mapped_column(String(64))
+    compile_seconds: Mapped[float | None] = mapped_column(Float)
+    compile_cache_hit: Mapped[bool | None] = mapped_column(Boolean)
+    profile_seconds: Mapped[float | None] = mapped_column(Float)
     created_at: Mapped[datetime] = mapped_column(DateTime, server_default=func.now())
 
 

@@ -300,6 +300,23 @@ class BetweenRunPart(BaseModel):
     df: int = Field(ge=1)  # the repeats behind it: how much it weighs against the rounds
 
 
+class RecordedRunPart(BaseModel):
+    """What one server run of this model on this GPU cost when it was measured.
+
+    The first line's estimate uses it before anything has run (`tuner.study.search.progress`):
+    a real start of this model, never a tiny model's, which on a GPU is several times shorter.
+    Written from a real study's stored trials (`scripts/gpu_study_summary.py --recorded-run`).
+    """
+
+    model_config = _FROZEN
+    startup_s: float = Field(gt=0)  # a start that compiles (the config's first on a machine)
+    # A start of a config that started before on this machine (vLLM's compile cache hit).
+    warm_startup_s: float | None = Field(default=None, gt=0)
+    agent_s_per_task: float = Field(gt=0)  # warm-up tasks included, over the space's methods
+    after_s: float = Field(ge=0)  # the probe, the plain benchmark and the stop
+    source: str = Field(min_length=1)  # where and when it was measured
+
+
 class Preset(BaseModel):
     """A whole preset file."""
 
@@ -320,6 +337,8 @@ class Preset(BaseModel):
     confirm: ConfirmPart | None = None
     # The run-to-run noise the verdicts use (see BetweenRunPart); stored with each study.
     between_run: BetweenRunPart | None = None
+    # What a run of this model on this GPU cost, measured (see RecordedRunPart).
+    recorded_run: RecordedRunPart | None = None
     # Screen candidates on a prefix of the workload (`tuner.study.search.pruning.ScreenRule`):
     # on in a preset whose recorded grid shows that it pays (docs/decisions.md); `tuner optimize
     # --screening/--no-screening` overrides it.

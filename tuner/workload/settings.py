@@ -41,6 +41,10 @@ class WorkloadSettings(BaseModel):
             window by tool waits alone; a workload bounded by long prefills instead (the
             published shape: prompts to 15k tokens) states its measured window here, and
             the check accepts it when it is at least 60 s. None: tool waits decide.
+        separating_tasks: The fewest scored tasks this preset showed to separate the
+            differences it exists to measure beyond its between-run noise (the preset says
+            how); with `measured_scored_s` it replaces preflight's two proxies for that (24
+            tasks, 60 s of window). At least 2 per agent.
         warmup_max_sweeps: Shape sweeps after the warm-up tasks, at most (they stop earlier
             once steady; `tuner.workload.runner.warm_shapes`). A calibrated study lowers it
             where a sweep is long against its scored window (`tuner.workload.calibration`):
@@ -64,6 +68,7 @@ class WorkloadSettings(BaseModel):
     shape: SuiteShape = Field(default_factory=SuiteShape.default)
     acceptance_guard: AcceptanceGuardSettings = Field(default_factory=AcceptanceGuardSettings)
     measured_scored_s: float | None = Field(default=None, gt=0)
+    separating_tasks: int | None = Field(default=None, ge=2)
     warmup_max_sweeps: int = Field(default=3, ge=1)
 
     @property

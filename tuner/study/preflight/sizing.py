@@ -168,6 +168,16 @@ def check_sizing(
     ):
         # A window bounded by prefills, not tools, that was measured long enough.
         return sizing
+    separating = settings.separating_tasks
+    if (
+        measured is not None
+        and separating is not None
+        and separating >= 2 * settings.agents
+        and settings.tasks >= separating
+    ):
+        # The preset measured its window and showed that this many tasks separate what it
+        # measures beyond the between-run noise: the direct argument the two floors stand for.
+        return sizing
     if settings.tool_latency_s <= 0:
         raise ConfigError(
             f"{where}: workload.tool_latency_s is 0, so nothing bounds the scored window on a "

@@ -86,9 +86,32 @@ CPU_COST = RunCost(42.1, 12.2, 46.9, "the smollm2-135m CPU runs of benchmarks/da
 GPU_COST = RunCost(60.0, 3.0, 30.0, "a tiny test model on one H200 (docs/gpu-validation.md)")
 
 
+def preset_cost(preset: Any) -> RunCost:
+    """The run cost the estimate starts from: the preset's own recorded run of this model on
+    this GPU when it has one, else the CPU grid's or (a guess) a tiny model's on an H200."""
+    recorded = getattr(preset, "recorded_run", None)
+    if recorded is not None:
+        return RunCost(
+            recorded.startup_s,
+            recorded.agent_s_per_task,
+            recorded.after_s,
+            f"this model's recorded runs ({recorded.source})",
+        )
+    return CPU_COST if preset.gpu.cpu else GPU_COST
+
+
+def warm_startup_s(preset: Any) -> float:
+    """A start of a config that started before (vLLM's compile cache): the preset's record,
+    else the first start's (nothing known says it is shorter)."""
+    recorded = getattr(preset, "recorded_run", None)
+    if recorded is not None and recorded.warm_startup_s is not None:
+        return float(recorded.warm_startup_s)
+    return preset_cost(preset).startup_s
+
+
 def run_estimate_s(preset: Any) -> float:
     """Seconds one trial of `preset` is expected to take: startup + tasks / agents + after."""
-    cost = CPU_COST if preset.gpu.cpu else GPU_COST
+    cost = preset_cost(preset)
     w = preset.workload
     tasks = w.tasks + w.warmup_tasks
     return cost.startup_s + tasks * cost.agent_s_per_task / w.agents + cost.after_s
@@ -136,6 +159,7 @@ def planned_runs(
     confirm: bool,
     baseline_every: int,
     candidates: int | None = None,
+    floor: bool = True,
 ) -> tuple[int, int]:
     """(baseline re-runs, confirmation runs at most) that a study of `n_trials` plans.
 
@@ -144,7 +168,8 @@ def planned_runs(
     study has a candidate); then each of `rounds` rounds runs the baseline and the top `k`
     candidates, fewer rounds when it stops early. `candidates`: how many the study will have
     to choose from (a new study: `n_trials - 1`, the baseline being trial 0); None when not
-    known (a study that already has trials): `k` finalists are assumed.
+    known (a study that already has trials): `k` finalists are assumed. `floor`: whether
+    `--confirm 0` runs the floor start (`confirm.floor_start_needed`: not on dummy weights).
     """
     from tuner.study.search.roles import search_reruns
 
@@ -152,7 +177,9 @@ def planned_runs(
     finalists = k if candidates is None else min(k, max(candidates, 0))
     if finalists == 0:
         return reruns, 0
-    return reruns, (finalists + 1) * rounds if confirm else 1
+    if not confirm:
+        return reruns, 1 if floor else 0
+    return reruns, (finalists + 1) * rounds
 
 
 def estimate_line(
@@ -188,7 +215,7 @@ def estimate_line(
     what = " + ".join(p for p in parts if p)
     at_once = f", {slots} at a time" if slots > 1 else ""
     w = preset.workload
-    cost = CPU_COST if preset.gpu.cpu else GPU_COST
+    cost = preset_cost(preset)
     if calibration is not None:
         per_run = calibrated_run_s(preset, calibration)
         c = calibration
@@ -211,12 +238,16 @@ def estimate_line(
             "the first server is calibrated: the measured ETA follows the first run"
         )
     per_run = run_estimate_s(preset)
-    total = math.ceil(runs / slots) * per_run
+    # Re-runs and confirmation runs repeat a config that started before: vLLM's compile cache.
+    warm = per_run - cost.startup_s + warm_startup_s(preset)
+    repeats = reruns + confirm_runs
+    total = math.ceil(trials / slots) * per_run + math.ceil(repeats / slots) * warm
+    warm_part = f", {warm:.0f} s a repeated config's run (compile cache)" if repeats else ""
     return (
         f"estimate: {minutes(total)} for {_runs(runs)} ({what}{at_once}), about "
-        f"{per_run:.0f} s a run ({w.tasks + w.warmup_tasks} tasks with {w.agents} agents, "
-        f"a server start and the plain benchmark, as measured on {cost.source}); an estimate "
-        "from the preset: the measured ETA follows the first run"
+        f"{per_run:.0f} s a run{warm_part} ({w.tasks + w.warmup_tasks} tasks with {w.agents} "
+        f"agents, a server start and the plain benchmark, as measured on {cost.source}); an "
+        "estimate from the preset: the measured ETA follows the first run"
     )
 
 

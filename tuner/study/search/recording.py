@@ -17,7 +17,7 @@ import optuna
 from optuna.trial import TrialState
 
 from tuner.attrs import TrialAttr
-from tuner.server.facts import HybridCache, parse_hybrid_cache
+from tuner.server.facts import HybridCache, parse_hybrid_cache, start_parts
 from tuner.storage import Store, TrialMeasurements
 from tuner.workload.reuse import count_reuse
 
@@ -60,6 +60,8 @@ def measurement_attrs(result: TrialResult) -> dict[str, Any]:
             attrs[TrialAttr.KV_CACHE_TOKENS] = facts.kv_cache_tokens
         if facts.startup_seconds is not None:
             attrs[TrialAttr.STARTUP_S] = round(facts.startup_seconds, 2)
+        if parts := start_parts(facts):
+            attrs[TrialAttr.START_PARTS] = parts
         hybrid = _hybrid_cache(last.log_path)
         block = facts.block_size or hybrid.attention_block_size
         if block is not None:

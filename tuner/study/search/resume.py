@@ -85,6 +85,7 @@ _RESULT_ATTRS: Final = frozenset(
         TrialAttr.ENERGY_PER_TASK_J,
         TrialAttr.GPU_MEMORY_MIB,
         TrialAttr.STARTUP_S,
+        TrialAttr.START_PARTS,
         TrialAttr.TIMING,
         TrialAttr.FAILURE_KIND,
         TrialAttr.FAILURE_REASON,

@@ -83,6 +83,7 @@ __all__ = [
     "ConfirmSummary",
     "confirm_study",
     "finalists_line",
+    "floor_start_needed",
     "parse_confirm",
     "plan_confirmation",
     "queue_rounds_locked",
@@ -449,6 +450,16 @@ def _has_candidate(trials: list[FrozenTrial], base: FrozenTrial) -> bool:
     )
 
 
+def floor_start_needed(preset: Any) -> bool:
+    """Whether `--confirm 0` still runs the floor start (the baseline's second start).
+
+    It exists for the correctness probe, which compares greedy outputs with the baseline's;
+    a model with dummy weights repeats one token whatever the config, so it has nothing to
+    compare and the start would only cost a server run (minutes on a GPU).
+    """
+    return preset.model.load_format != "dummy"
+
+
 def confirm_study(
     options: Any,
     plan: ConfirmPlan = DEFAULT_CONFIRM,
@@ -513,7 +524,12 @@ def confirm_study(
     queued = 0
     configs: list[FrozenTrial] = []
     stopped: tuple[int, str] | None = None
-    if base is not None and _has_candidate(trials, base):
+    if not plan.enabled and not floor_start_needed(preset):
+        say(
+            "no confirmation and no correctness floor: dummy weights repeat one token, so a "
+            "second baseline start has no output to compare"
+        )
+    elif base is not None and _has_candidate(trials, base):
         # The floor start first: the probe's verdicts decide which candidates get the slots.
         queued += queue([base], 1)
         study = settle()
