@@ -20,11 +20,12 @@ from tuner.cli._app import CacheDirOption, StorageOption, app, console
 from tuner.cli._checks import cache_dir as checked_cache
 from tuner.cli._checks import storage_url as checked_storage
 from tuner.cli._study import StudyOption, pick_study
+from tuner.defaults import CONFIRM_K, CONFIRM_ROUNDS
 
 _CONFIRM_HELP = (
-    "K,R: after the search, re-run the top K candidates and the baseline R more times each, "
-    "interleaved, fresh server starts; 0 skips it. Default: the preset's confirm, else 2,2 "
-    "(1,3 on CPU presets)."
+    "K,R: after the search, re-run the top K candidates and the baseline, interleaved, fresh "
+    "server starts, round by round until the verdict is decided or R rounds; 0 skips it. "
+    f"Default: the preset's confirm, else {CONFIRM_K},{CONFIRM_ROUNDS}."
 )
 ConfirmOption = Annotated[str | None, typer.Option("--confirm", help=_CONFIRM_HELP)]
 

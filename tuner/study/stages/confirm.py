@@ -65,6 +65,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.attrs import Role, StudyAttr, TrialAttr, is_feasible, is_infeasible, role_from
+from tuner.defaults import CONFIRM_K, CONFIRM_ROUNDS
 from tuner.errors import ConfigError, StudyError
 
 if TYPE_CHECKING:
@@ -101,8 +102,8 @@ class ConfirmPlan:
     rounds and after each round after it, and the stage stops as soon as it is decided
     (`tuner.results.export_rule.next_look`); `rounds` is the cap."""
 
-    k: int = 2
-    rounds: int = 10
+    k: int = CONFIRM_K
+    rounds: int = CONFIRM_ROUNDS
 
     @property
     def enabled(self) -> bool:
@@ -134,7 +135,7 @@ class ConfirmPlan:
         """
         if preset.confirm is not None:
             return cls(preset.confirm.top_k, preset.confirm.rounds)
-        return cls(2, 10)
+        return cls(CONFIRM_K, CONFIRM_ROUNDS)
 
 
 DEFAULT_CONFIRM: Final = ConfirmPlan()

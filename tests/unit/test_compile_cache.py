@@ -1,0 +1,84 @@
+"""vLLM's compile cache under tuner's cache: one root per install, packed and unpacked whole."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tuner.errors import ConfigError
+from tuner.server.compile_cache import cache_root, install_key, pack, server_env, unpack
+from tuner.settings import LaunchCommand
+
+SERVE = LaunchCommand(("/usr/local/bin/vllm", "serve"))
+CPU = LaunchCommand(("/opt/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server"))
+
+
+def test_an_install_has_one_stable_root_and_two_installs_have_two() -> None:
+    assert install_key(SERVE) == install_key(LaunchCommand(("/usr/local/bin/vllm", "serve")))
+    assert install_key(SERVE) != install_key(CPU)
+    assert install_key(SERVE).startswith("vllm-")
+    assert cache_root(Path("/c"), CPU).parent == Path("/c/vllm")
+
+
+def test_server_env_points_vllm_and_triton_at_the_root(tmp_path: Path) -> None:
+    root = tmp_path / "vllm" / install_key(SERVE)
+    env = server_env(root, {"PYTHONPATH": "/site"})
+    assert env["VLLM_CACHE_ROOT"] == str(root)
+    assert env["TUNER_TRITON_POOL"] == str(root / "triton_pool")
+    assert env["PYTHONPATH"].split(":") == [str(root / "python"), "/site"]
+    module, cls = env["TRITON_CACHE_MANAGER"].split(":")
+    # The module the server imports is there, a copy of the one tuner ships.
+    assert (root / "python" / f"{module}.py").read_text().count(f"class {cls}(") == 1
+
+
+def test_what_the_user_set_is_left_alone(tmp_path: Path) -> None:
+    env = server_env(tmp_path, {"VLLM_CACHE_ROOT": "/mine", "TRITON_CACHE_MANAGER": "m:C"})
+    assert env == {}
+
+
+def test_a_packed_cache_unpacks_under_another_machines_cache(tmp_path: Path) -> None:
+    here, there = tmp_path / "here", tmp_path / "there"
+    root = cache_root(here, SERVE)
+    server_env(root, {})  # writes the pool module, which pack leaves out
+    (root / "torch_compile_cache" / "abc123").mkdir(parents=True)
+    (root / "torch_compile_cache" / "abc123" / "graph.bin").write_bytes(b"\x00" * 1000)
+    (root / "triton_pool" / "KEY").mkdir(parents=True)
+    (root / "triton_pool" / "KEY" / "k.cubin").write_bytes(b"cubin")
+    files, size = pack(here, tmp_path / "c.tar.gz")
+    assert (files, size) == (2, 1005)
+    assert unpack(tmp_path / "c.tar.gz", there) == 2
+    moved = cache_root(there, SERVE)
+    assert (moved / "triton_pool" / "KEY" / "k.cubin").read_bytes() == b"cubin"
+    assert unpack(tmp_path / "c.tar.gz", there) == 0  # existing files are kept
+
+
+def test_an_archive_that_is_not_a_cache_is_refused(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.tar.gz"
+    subprocess.run(["tar", "czf", str(bad), "-C", str(tmp_path.parent), tmp_path.name], check=True)
+    with pytest.raises(ConfigError, match="not a `tuner cache pack` archive"):
+        unpack(bad, tmp_path / "c")
+    with pytest.raises(ConfigError, match="run a study first"):
+        pack(tmp_path / "empty", tmp_path / "x.tar.gz")
+
+
+def test_the_cli_shows_packs_and_clears(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    (cache_root(cache, SERVE) / "torch_compile_cache" / "h1").mkdir(parents=True)
+    run = [sys.executable, "-m", "tuner.cli", "cache"]
+    shown = subprocess.run(
+        [*run, "show", "--cache-dir", str(cache)], capture_output=True, text=True
+    )
+    assert "1 compiled config(s)" in shown.stdout
+    missing = subprocess.run(
+        [*run, "unpack", str(tmp_path / "nope.tgz"), "--cache-dir", str(cache)],
+        capture_output=True,
+        text=True,
+    )
+    assert missing.returncode == 2 and missing.stderr.startswith("error: ")
+    cleared = subprocess.run(
+        [*run, "clear", "--cache-dir", str(cache)], capture_output=True, text=True
+    )
+    assert cleared.returncode == 0 and not (cache / "vllm").exists()
