@@ -319,9 +319,10 @@ class Launcher:
         work_dir: Path | None = None,
         launch_command: LaunchCommand | None = None,
         poll_s: float = _POLL_S,
+        cache_dir: Path | None = None,
     ) -> None:
         settings = get_settings()
-        cache = settings.cache_path()
+        cache = cache_dir if cache_dir is not None else settings.cache_path()
         # Absolute now, while the caller's directory exists: the servers run in work_dir.
         self.log_dir = (log_dir if log_dir is not None else cache / "logs").absolute()
         self.state_dir = (state_dir if state_dir is not None else cache / "run").absolute()

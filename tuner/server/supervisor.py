@@ -39,6 +39,8 @@ import sys
 import time
 
 _POLL_S = 0.2
+# The niceness of the tuner driver that started the local Ray (set by the driver).
+DRIVER_NICE_ENV = "TUNER_DRIVER_NICE"
 _PR_SET_PDEATHSIG = 1
 
 
@@ -49,6 +51,26 @@ def _die_with_parent() -> None:
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
     if os.getppid() == 1:  # we died before prctl took effect
         os._exit(1)
+
+
+def _driver_niceness() -> None:
+    # Ray starts its workers at niceness 15, which the server would inherit; the driver records
+    # its own niceness in DRIVER_NICE_ENV before it starts a local Ray, and the server (our
+    # child, which inherits ours) runs at that instead. Lowering niceness needs CAP_SYS_NICE
+    # (root has it); without it the server stays where it was, and its log says so.
+    target = os.environ.get(DRIVER_NICE_ENV)
+    if target is None or not target.lstrip("-").isdigit():
+        return
+    current = os.getpriority(os.PRIO_PROCESS, 0)
+    if int(target) >= current:
+        return
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, int(target))
+    except OSError as exc:
+        sys.stderr.write(
+            f"tuner supervisor: the server stays at niceness {current}, not the driver's "
+            f"{target} ({exc})\n"
+        )
 
 
 def _others_in_group(pgid: int, me: int) -> list[int]:
@@ -137,6 +159,7 @@ def main(argv: list[str]) -> None:
     grace_s = float(argv[0])
     parent = os.getppid()
     stopping = False
+    _driver_niceness()  # the whole group: the watcher, this process and the server
     _fork_watcher(parent, grace_s)
 
     def on_stop(_signum: int, _frame: object) -> None:

@@ -44,6 +44,7 @@ from tuner.models import MODEL_NAMES, prepare
 from tuner.results.configs import describe_config_short
 from tuner.server import ServerSpec, reap_orphans
 from tuner.server.reaper import descendants, kill_group, live_records
+from tuner.server.supervisor import DRIVER_NICE_ENV
 from tuner.storage import Store, normalize_url
 from tuner.study.preflight.plan import (
     StudyPlan,
@@ -310,6 +311,11 @@ def _start_ray(address: str | None) -> Path | None:
     # dir of its own keeps two local instances' sessions and sockets apart.
     ray_tmp = Path(tempfile.mkdtemp(prefix="tuner-ray-", dir=_short_tmp()))
     _private_token(ray_tmp)
+    # Ray runs its workers at niceness 15 and vLLM would inherit it from the worker that
+    # launches it, so any other process on the box would outrank the server being measured.
+    # A local instance inherits this environment: the supervisor puts the server back at the
+    # driver's niceness (tuner/server/supervisor.py).
+    os.environ.setdefault(DRIVER_NICE_ENV, str(os.getpriority(os.PRIO_PROCESS, 0)))
     ray.init(
         address="local",
         num_cpus=os.cpu_count() or 1,

@@ -1,0 +1,84 @@
+"""A config's first start against its repeat, on the real CPU build: what the compile cache saves.
+
+tuner gives every vLLM install one compile cache under its own cache
+(`tuner.server.compile_cache`), so a config that started before (a confirmation round, explain's
+control, the next study) finds what its first start compiled. Here the preset's baseline config
+starts A B A B: A with an empty cache root (a first start), B right after with the root A filled
+(a repeat). Each round gets its own empty root, so the A starts are first starts alike. Prints
+each start's seconds and parts, and the ratio B/A per round; writes the records as JSON.
+
+    python benchmarks/compile_cache_ab.py [--rounds 2] [--out FILE]
+
+Run alone on the box (one real vLLM at a time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks._machine import machine_record
+from tuner.models import prepare
+from tuner.server import Launcher
+from tuner.server.facts import start_parts
+from tuner.study.preflight.dtype import resolve_dtype
+from tuner.study.space import load_preset
+
+
+def _start(launcher: Launcher, spec: Any) -> dict[str, Any]:
+    began = time.monotonic()
+    handle = launcher.launch(spec, timeout_s=900)
+    ready = time.monotonic() - began
+    handle.stop()
+    return {"ready_s": round(ready, 2), "parts": start_parts(handle.facts)}
+
+
+def main() -> None:
+    """Run the A B A B comparison and write it."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--out", type=Path, default=Path("benchmarks/data/compile-cache-ab-smollm2-135m-cpu.json")
+    )
+    args = parser.parse_args()
+
+    preset, dtype_line = resolve_dtype(load_preset(model="smollm2-135m", gpu="cpu"))
+    cache = Path(os.environ.get("TUNER_TEST_CACHE", Path.home() / ".cache" / "tuner-test"))
+    model = prepare("smollm2-135m", cache)
+    spec = preset.server_spec(preset.baseline_params(), model_path=str(model))
+    work = Path(tempfile.mkdtemp(prefix="compile-cache-ab-"))
+    print(f"command {spec.serve_command()}\n{dtype_line or ''}")
+    rounds = []
+    for r in range(1, args.rounds + 1):
+        root = work / f"round-{r}"  # an empty tuner cache: its compile cache starts empty
+        launcher = Launcher(cache_dir=root)
+        first = _start(launcher, spec)
+        repeat = _start(launcher, spec)
+        ratio = repeat["ready_s"] / first["ready_s"]
+        rounds.append({"round": r, "first": first, "repeat": repeat, "ratio": round(ratio, 3)})
+        print(
+            f"round {r}: first {first['ready_s']:.1f} s {first['parts']}\n"
+            f"         repeat {repeat['ready_s']:.1f} s {repeat['parts']}: x{ratio:.3f}"
+        )
+    ratios = [x["ratio"] for x in rounds]
+    record = {
+        "what": "ready seconds of the smollm2-135m CPU preset's baseline: a first start (empty "
+        "compile cache) and its repeat (the cache the first filled), A B per round",
+        "command": spec.serve_command(),
+        "machine": machine_record(),
+        "rounds": rounds,
+        "repeat_over_first": {"per_round": ratios, "mean": round(statistics.fmean(ratios), 3)},
+    }
+    args.out.write_text(json.dumps(record, indent=2) + "\n")
+    mean = record["repeat_over_first"]["mean"]
+    print(f"repeat/first: {ratios} (mean x{mean:.3f}); wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
