@@ -4,9 +4,9 @@ A real `tuner optimize` process (its own local Ray, a SQLite file) whose trial s
 vLLM (`tuner.testing.fake_vllm`, a named stand-in: a real CPU server takes a minute to reach
 each phase; tests/e2e/test_interrupt_real.py does two phases on the real build), made slow in
 one phase at a time with its knobs so that the signal surely lands in it: the server start, the
-calibration probe, the warm-up, the scored tasks, the correctness probe. The signal goes to the
-driver's pid alone (what Kubernetes and `kill` send) or, for Ctrl-C, to its process group (what
-a terminal sends).
+calibration probe, the warm-up, the scored tasks, the correctness probe, the plain benchmark.
+The signal goes to the driver's pid alone (what Kubernetes and `kill` send) or, for Ctrl-C, to
+its process group (what a terminal sends).
 
 Each case checks what issue 48 asks: the command exits 130 within 10 s of the signal, no
 process it started (Ray's, the server group) is left 10 s after the signal and the server's
@@ -68,6 +68,8 @@ PHASES = {
     "scoring": Phase({"FAKE_VLLM_TOKEN_DELAY_S": "2"}, r"\] trial 0 scoring: "),
     # Fast tasks, then a correctness probe whose every answer takes two minutes.
     "probe": Phase({"FAKE_VLLM_LOGPROBS_DELAY_S": "120"}, r"\] trial 0 correctness probe: "),
+    # Then the plain benchmark, each of its requests two minutes.
+    "benchmark": Phase({"FAKE_VLLM_BENCHMARK_DELAY_S": "120"}, r"\] trial 0 plain benchmark: "),
 }
 
 

@@ -331,8 +331,10 @@ def _short_tmp() -> str | None:
     return "/tmp" if Path("/tmp").is_dir() else None  # noqa: S108
 
 
-class _Interrupted(Exception):
-    pass
+class _Interrupted(KeyboardInterrupt):
+    """SIGTERM before the loop runs (Ray starting, the study opening): a KeyboardInterrupt, so
+    the CLI says how to resume and exits 130 as for Ctrl-C, and no `except Exception` on the
+    way swallows it."""
 
 
 def _raise_interrupt(_signum: int, _frame: object) -> None:
