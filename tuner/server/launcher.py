@@ -19,7 +19,11 @@ The lifecycle, in phases:
 5. stop: SIGTERM to the group, SIGKILL after the grace period, then confirm that no process of
    the group remains and that the port can be bound again; the pid file is removed.
 
-Interrupts (Ctrl-C) and exceptions during any phase stop the group before propagating.
+Interrupts (Ctrl-C) and exceptions during any phase stop the group before propagating. A caller
+that is told to give up (a study's Ctrl-C or SIGTERM reaches a worker as a flag, not as a
+signal) passes `should_abort` to `launch`: the wait looks at it every poll, stops the group with
+`ABORT_GRACE_S` and raises `StartAborted`; once the server is ready, `ServerHandle.stop_now`
+(safe from another thread) stops it as quickly, which makes every request in flight fail at once.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import re
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
@@ -59,9 +64,11 @@ from tuner.server.spec import ServerSpec
 from tuner.settings import LaunchCommand, get_settings
 
 __all__ = [
+    "ABORT_GRACE_S",
     "PHASE_EVERY_S",
     "Launcher",
     "ServerHandle",
+    "StartAborted",
     "WaitCallback",
     "free_port",
     "startup_phase",
@@ -78,6 +85,10 @@ _SUPERVISOR = str(Path(__file__).with_name("supervisor.py"))
 ORPHAN_GRACE_S = 5.0
 # How often `on_wait` hears how a start is going (it reads the log's tail each time).
 PHASE_EVERY_S = 1.0
+# Seconds an aborted server (an interrupted study) gets after SIGTERM before SIGKILL: vLLM's CPU
+# build exits in 1-3 s, and a study must be gone within 10 s of its signal (docs/guide.md), so
+# a server busy compiling or loading weights is not waited for.
+ABORT_GRACE_S = 3.0
 _TAIL_BYTES = 65536
 # Called while a server starts: seconds since launch, and its last start-up phase (None: the
 # log names none yet).
@@ -126,6 +137,10 @@ def _log_tail(path: Path) -> str:
         return ""
 
 
+class StartAborted(ServerError):
+    """The caller gave up on a start (`launch(should_abort=...)`); the group is stopped."""
+
+
 # Handles not yet stopped (strong references: a dropped handle must still be stopped at exit).
 _live: set[ServerHandle] = set()
 
@@ -166,6 +181,8 @@ class ServerHandle:
         self._pid_file = pid_file
         self._start_ticks = start_ticks
         self._stopped = False
+        self._stopping = False  # a stop has begun (maybe on another thread)
+        self._stop_lock = threading.Lock()
         _live.add(self)
 
     @property
@@ -190,9 +207,10 @@ class ServerHandle:
     def death(self, answered_requests: int | None, *, wait_s: float = 5.0) -> ServerDeath | None:
         """Why the server died on its own (not stopped by us), or None while it still runs.
 
-        Waits up to `wait_s` for the process to exit: a dropped connection can come first.
+        Waits up to `wait_s` for the process to exit: a dropped connection can come first. A
+        server that is being stopped (`stop_now` from another thread) did not die on its own.
         """
-        if self._stopped:
+        if self._stopped or self._stopping:
             return None
         try:
             self._process.wait(timeout=wait_s)
@@ -225,7 +243,22 @@ class ServerHandle:
         """
         return self._stop(grace_s, check_port=True)
 
+    def stop_now(self, grace_s: float = ABORT_GRACE_S) -> float:
+        """`stop` for an interrupt: a short grace, no wait for the port; safe from any thread.
+
+        Requests in flight fail at once, so whatever the owner's thread was doing with the
+        server ends; its own `stop()` then waits for this one and returns.
+        """
+        return self._stop(grace_s, check_port=False)
+
     def _stop(self, grace_s: float, *, check_port: bool) -> float:
+        # One stop at a time: an interrupt may stop the server from another thread while the
+        # owner's thread stops it too; the second waits for the first, then has nothing to do.
+        self._stopping = True
+        with self._stop_lock:
+            return self._stop_locked(grace_s, check_port=check_port)
+
+    def _stop_locked(self, grace_s: float, *, check_port: bool) -> float:
         # A start that failed may never have owned its port (someone else held it), so only
         # a server that became ready is required to leave its port bindable.
         if self._stopped:
@@ -356,6 +389,7 @@ class Launcher:
         timeout_s: float = 900.0,
         attempt: int = 0,
         on_wait: WaitCallback | None = None,
+        should_abort: Callable[[], bool] | None = None,
     ) -> ServerHandle:
         """Start `spec` and wait until `/health` answers 200.
 
@@ -365,6 +399,8 @@ class Launcher:
             attempt: Retry number for this trial, stored with the start record.
             on_wait: Told every `PHASE_EVERY_S` while the server starts: seconds so far and
                 `startup_phase` of its log.
+            should_abort: Asked at every poll; True stops the group (`ABORT_GRACE_S`) and
+                raises `StartAborted` (an interrupted study gives up a start in seconds).
 
         Returns:
             A handle to the ready server (also a context manager that stops it).
@@ -372,13 +408,20 @@ class Launcher:
         Raises:
             StartupFailed: The server exited or timed out before it was ready; the group is
                 stopped and `exc.failure` says why.
+            StartAborted: `should_abort` said so; the group is stopped.
             ServerError: `spec.port` is already in use.
         """
         # A port we picked can be taken by someone else before vLLM binds it (several workers
         # on one host); then vLLM exits at once and another free port is tried.
         for retry in range(_PORT_RETRIES + 1):
             try:
-                return self._start(spec, timeout_s=timeout_s, attempt=attempt, on_wait=on_wait)
+                return self._start(
+                    spec,
+                    timeout_s=timeout_s,
+                    attempt=attempt,
+                    on_wait=on_wait,
+                    should_abort=should_abort,
+                )
             except StartupFailed as exc:
                 failure = exc.failure
                 lost_port = _PORT_TAKEN in failure.excerpt or _PORT_TAKEN in failure.message
@@ -387,7 +430,13 @@ class Launcher:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _start(
-        self, spec: ServerSpec, *, timeout_s: float, attempt: int, on_wait: WaitCallback | None
+        self,
+        spec: ServerSpec,
+        *,
+        timeout_s: float,
+        attempt: int,
+        on_wait: WaitCallback | None,
+        should_abort: Callable[[], bool] | None = None,
     ) -> ServerHandle:
         if spec.port is not None and not port_free(spec.host, spec.port):
             # Another server there would answer our /health polls before vLLM fails to bind.
@@ -439,11 +488,18 @@ class Launcher:
         )
         try:
             ready, timed_out, metrics, ready_at = self._wait_ready(
-                handle, process, began + timeout_s, on_wait
+                handle, process, began + timeout_s, on_wait, should_abort
             )
         except BaseException:
             handle._stop(2.0, check_port=False)
             raise
+        if not ready and should_abort is not None and should_abort():
+            handle.stop_now()
+            raise StartAborted(
+                f"the start was abandoned after {time.monotonic() - began:.1f} s "
+                "(the run was interrupted); its server group is stopped",
+                log_path=log_path,
+            )
         if not ready:
             handle._stop(2.0, check_port=False)
             failure = classify(
@@ -477,8 +533,10 @@ class Launcher:
         process: subprocess.Popen[bytes],
         deadline: float,
         on_wait: WaitCallback | None = None,
+        should_abort: Callable[[], bool] | None = None,
     ) -> tuple[bool, bool, str, float]:
-        """Poll /health until 200 (ready), the process exits, or the deadline passes."""
+        """Poll /health until 200 (ready), the process exits, the deadline passes, or
+        `should_abort` says to give up (then not ready, not timed out)."""
         began = time.monotonic()
         told = float("-inf")
         with httpx.Client(base_url=handle.base_url, timeout=5.0) as client:
@@ -487,7 +545,7 @@ class Launcher:
                 if on_wait is not None and now - told >= PHASE_EVERY_S:
                     told = now
                     on_wait(now - began, startup_phase(_log_tail(handle.log_path)))
-                if process.poll() is not None:
+                if process.poll() is not None or (should_abort is not None and should_abort()):
                     return False, False, "", 0.0
                 try:
                     if client.get("/health").status_code == 200:

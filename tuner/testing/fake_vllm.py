@@ -25,6 +25,11 @@ Mamba-block failure needs a GPU). Behaviour is chosen by environment variables:
   exp(DRIFT x n): every server serves a constant share faster than the one started before it.
 - `FAKE_VLLM_PREFILL_DELAY_S` (default 0): seconds per prompt token not served from its prefix
   cache, before answering (a slow CPU's prefill; tuner's calibration probe measures it).
+- `FAKE_VLLM_LOGPROBS_DELAY_S` (default 0): seconds before answering a request that asks for
+  `logprobs` (tuner's correctness probe does; the workload does not), so a test can find a
+  trial in its probe.
+- `FAKE_VLLM_BENCHMARK_DELAY_S` (default 0): seconds before answering each request of tuner's
+  plain benchmark (its system message is "Request <hex>."), so a test can find a trial in it.
 - `FAKE_VLLM_ACCESS_LOG=1`: log every request as vLLM's uvicorn does (fault tests read phases).
 - `FAKE_VLLM_SPEC_SPEEDUP` (default 1): a server started with `--speculative-config` divides
   that delay by this (a speculative config that is faster).
@@ -395,8 +400,13 @@ def _make_handler(state: _State) -> type[BaseHTTPRequestHandler]:
             # A slow "GPU": each request takes this long per output token (whole-request delay
             # keeps the fake simple; tests use it to make one server clearly lose).
             prefill_delay = float(os.environ.get("FAKE_VLLM_PREFILL_DELAY_S", "0"))
+            probe_delay = float(os.environ.get("FAKE_VLLM_LOGPROBS_DELAY_S", "0"))
+            benchmark_delay = float(os.environ.get("FAKE_VLLM_BENCHMARK_DELAY_S", "0"))
             time.sleep(
-                completion_tokens * state.token_delay_s + (prompt_tokens - cached) * prefill_delay
+                completion_tokens * state.token_delay_s
+                + (prompt_tokens - cached) * prefill_delay
+                + (probe_delay if body.get("logprobs") else 0.0)
+                + (benchmark_delay if prompt.startswith("Request ") else 0.0)
             )
             drafts = completion_tokens if state.spec else 0
             collapse = _after("FAKE_VLLM_ACCEPT_COLLAPSE_AFTER")

@@ -10,10 +10,14 @@ Lifecycle of `optimize()`:
    RDB heartbeat so several drivers can share it (`tuner.study.search.resume`).
 4. Reap vLLM servers orphaned on this host by a killed run.
 5. Run `tuner.study.search.loop.StudyLoop` on a `RayBackend` (one worker actor per GPU slot).
-6. On Ctrl-C/SIGTERM: say in one line what stops (the running trials, re-queued as
-   interrupted) and the command that resumes, stop them, leave no server, raise
-   `StudyInterrupted` (the CLI exits 130). A second Ctrl-C quits at once (`_quit_now`): it
-   kills this run's server groups and every process this one started, and exits 130.
+6. On Ctrl-C/SIGTERM: from the signal on, nothing a trial returns is stored (`_Sizing`
+   holds it back, a calibration included); say in one line what stops (the running trials,
+   re-queued as interrupted) and the command that resumes; abort them (`RayBackend.abort`:
+   each worker stops its server at once, whether it is starting, calibrating, warming up,
+   scoring, probing or benchmarking), leave no server, raise `StudyInterrupted` (the CLI exits
+   130, for SIGTERM too), all within 10 s of the signal. A second Ctrl-C quits at once
+   (`_quit_now`): it kills this run's server groups and every process this one started, and
+   exits 130.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from tuner.errors import ConfigError, StudyError
 from tuner.models import MODEL_NAMES, prepare
 from tuner.results.configs import describe_config_short
 from tuner.server import ServerSpec, reap_orphans
+from tuner.server.launcher import ABORT_GRACE_S
 from tuner.server.reaper import descendants, kill_group, live_records
 from tuner.server.supervisor import DRIVER_NICE_ENV
 from tuner.storage import Store, normalize_url
@@ -332,22 +337,39 @@ def _short_tmp() -> str | None:
     return "/tmp" if Path("/tmp").is_dir() else None  # noqa: S108
 
 
-class _Interrupted(Exception):
-    pass
+class _Interrupted(KeyboardInterrupt):
+    """SIGTERM before the loop runs (Ray starting, the study opening): a KeyboardInterrupt, so
+    the CLI says how to resume and exits 130 as for Ctrl-C, and no `except Exception` on the
+    way swallows it."""
 
 
 def _raise_interrupt(_signum: int, _frame: object) -> None:
     raise _Interrupted()
 
 
-def _stop_loop(loop: StudyLoop) -> Callable[[int, object], None]:
+def _stop_loop(loop: StudyLoop, backend: _Sizing) -> Callable[[int, object], None]:
     """A handler that asks the loop to stop: an exception raised inside Ray's C++ `wait`
-    surfaces as a SystemError and skips the clean stop, so the loop raises it itself."""
+    surfaces as a SystemError and skips the clean stop, so the loop raises it itself. From
+    this moment the backend holds back what trials return: nothing measured after the signal
+    is stored."""
 
     def handler(_signum: int, _frame: object) -> None:
+        backend.interrupted = True
         loop.stop_requested = True
 
     return handler
+
+
+def _stop_my_servers(cache_dir: Path) -> None:
+    """Stop the server groups this process tree still owns after an interrupt's abort.
+
+    None, normally: each worker stopped its own. A worker killed for not stopping in time
+    leaves its group to its supervisor (a grace of seconds more); this does it now.
+    """
+    mine = {os.getpid(), *descendants(os.getpid())}
+    for record in live_records(cache_dir / "run"):
+        if record.owner_pid in mine:
+            kill_group(record.pgid, grace_s=ABORT_GRACE_S, since_ticks=record.start_ticks)
 
 
 def _say_interrupted(loop: StudyLoop, options: OptimizeOptions) -> None:
@@ -461,15 +483,20 @@ def _run(preset: Preset, options: OptimizeOptions, *, budgeted: bool) -> StudySu
             store=store,
             display=display,
         )
-        signal.signal(signal.SIGTERM, _stop_loop(loop))
-        signal.signal(signal.SIGINT, _stop_loop(loop))
+        signal.signal(signal.SIGTERM, _stop_loop(loop, backend))
+        signal.signal(signal.SIGINT, _stop_loop(loop, backend))
         try:
             with display:
                 outcome = loop.run()
         except (KeyboardInterrupt, _Interrupted):
+            backend.interrupted = True
             _say_interrupted(loop, options)
             signal.signal(signal.SIGINT, _quit_now(options.cache_dir))
+            # Every running trial stops now, in whatever phase; the loop marks them
+            # interrupted and queues them again once they are back (seconds, not a task).
+            backend.abort()
             loop.abandon()
+            _stop_my_servers(options.cache_dir)
             raise StudyInterrupted() from None
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -555,6 +582,10 @@ class _Sizing:
 
     The calibration is written (with the preset's workload replaced by the chosen one) before
     the loop records that trial, so no trial is requested, and no driver resumes, without it.
+
+    Also the interrupt's gate: once `interrupted` is set (by the signal handler), `wait` hands
+    the loop no trial and stores no calibration; after `abort` it hands back every trial that
+    returned, as a result-less `Finished` the loop's `abandon` only counts as back.
     """
 
     def __init__(
@@ -565,6 +596,9 @@ class _Sizing:
         say: Callable[[str], None],
     ) -> None:
         self._backend, self._study, self._sizing, self._say = backend, study, sizing, say
+        self.interrupted = False
+        self._aborted = False
+        self._held: list[Finished] = []
 
     @property
     def slots(self) -> int:
@@ -583,10 +617,28 @@ class _Sizing:
     def wait(self, timeout_s: float) -> list[Finished]:
         """The wrapped backend's finished trials, after storing a calibration one carries."""
         finished = self._backend.wait(timeout_s)
+        if self.interrupted:
+            # Measured after the signal, or racing it: never stored (the trial runs again).
+            self._held.extend(finished)
+            if not self._aborted:
+                return []
+            back = [
+                Finished(f.slot, f.trial_number, None, crash="interrupted", node_id=f.node_id)
+                for f in self._held
+            ]
+            self._held.clear()
+            return back
         for f in finished:
             if f.result is not None and f.result.calibration is not None:
                 self._sizing.record(self._study, f.result.calibration, self._say)
         return finished
+
+    def abort(self) -> None:
+        """Stop every running trial now (the wrapped backend's `abort`, where it has one)."""
+        self.interrupted = self._aborted = True
+        abort = getattr(self._backend, "abort", None)
+        if abort is not None:
+            abort()
 
     def progress(self) -> dict[int, Progress]:
         """The wrapped backend's."""

@@ -28,6 +28,10 @@ The protocol, as the loop uses it:
    slot whose node was lost waits for its replacement worker to be placed somewhere.
 7. `now()`: the backend's clock in seconds (monotonic); the loop's `--timeout` uses it.
 8. `close()`: stop everything; no server outlives it.
+9. `abort()` (optional; the driver calls it when Ctrl-C or SIGTERM stops the study, before
+   the loop's `abandon`): every running trial stops now, not at a task boundary, in whatever
+   phase it is (its server stopped at once), and comes back through `wait()` within seconds
+   (`tuner.study.trial.workers.ABORT_WAIT_S`); what it measured is not to be stored.
 """
 
 from __future__ import annotations

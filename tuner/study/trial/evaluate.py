@@ -10,6 +10,13 @@ This is the "trainable" of the study: it knows nothing of Optuna or Ray. Lifecyc
 4. Optionally run the plain throughput benchmark (1 and 8 streams) on the same server.
 5. Stop the server (always), and return a frozen `TrialResult`.
 
+An interrupt (the study's Ctrl-C or SIGTERM, which reaches the worker as `should_abort`) ends
+the trial in seconds whatever it is doing: a start is given up (`Launcher.launch`'s
+`should_abort`), a ready server is stopped at once from a watcher thread (`_AbortWatch`), so the
+calibration probe, the warm-up, the scored tasks, the correctness probe or the plain benchmark
+fail on their requests in flight, and the trial returns `interrupted`, with nothing measured:
+the driver queues it again.
+
 Nothing measured is thrown away: once the scored workload has finished, an error in the plain
 benchmark or in stopping the server becomes a note on the result (`TrialResult.notes`), and
 the trial keeps its score and its rows.
@@ -34,6 +41,7 @@ from tuner.metrics.guards import AcceptanceCollapsed
 from tuner.records import ServerStartRecord, ThroughputRecord, WorkloadRecord
 from tuner.server import FailureKind, Launcher, ServerSpec
 from tuner.server.failures import StartupFailed
+from tuner.server.launcher import ServerHandle, StartAborted
 from tuner.workload import (
     RunProgress,
     TokenCounter,
@@ -112,6 +120,75 @@ def _noop_state(_state: str) -> None:
     return None
 
 
+# The `failure_kind` of a trial an interrupt ended (nothing of it is measured or stored).
+INTERRUPTED = "interrupted"
+# How often the abort watcher looks at `should_abort` (a flag the worker keeps).
+_ABORT_POLL_S = 0.1
+
+
+class _Aborted(Exception):
+    """The trial was told to abort: whatever it was doing is abandoned."""
+
+
+class _AbortWatch:
+    """Stops the trial's server as soon as `should_abort` says so, from a thread of its own.
+
+    The trial's own thread may be blocked in a request that takes a minute on a slow CPU (a
+    calibration prefill, an agent's step, the probe's answers); stopping the server under it
+    makes that request fail at once, and `check()` turns what follows into `_Aborted`.
+    """
+
+    def __init__(self, should_abort: Callable[[], bool] | None) -> None:
+        self._should_abort = should_abort
+        self.fired = threading.Event()
+        self._lock = threading.Lock()
+        self._handle: ServerHandle | None = None
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+        if should_abort is not None:
+            self._thread = threading.Thread(target=self._watch, name="abort-watch", daemon=True)
+            self._thread.start()
+
+    def _watch(self) -> None:
+        assert self._should_abort is not None
+        while not self._done.wait(_ABORT_POLL_S):
+            if self._should_abort():
+                self.fired.set()
+                with self._lock:
+                    handle = self._handle
+                if handle is not None:
+                    _stop_quietly(handle)
+                return
+
+    def aborted(self) -> bool:
+        """Whether the trial was told to abort (looked at now, not at the watcher's next poll)."""
+        if not self.fired.is_set() and self._should_abort is not None and self._should_abort():
+            self.fired.set()
+        return self.fired.is_set()
+
+    def check(self) -> None:
+        """Raise `_Aborted` once the trial was told to abort."""
+        if self.aborted():
+            raise _Aborted()
+
+    def attach(self, handle: ServerHandle | None) -> None:
+        """The server to stop on abort (None: the trial has none now)."""
+        with self._lock:
+            self._handle = handle
+        if handle is not None and self.aborted():  # fired before it had a server to stop
+            _stop_quietly(handle)
+
+    def close(self) -> None:
+        """Stop watching (the trial is over)."""
+        self._done.set()
+
+
+def _stop_quietly(handle: ServerHandle) -> None:
+    # A survivor of SIGKILL is the reaper's to find; the abort itself must not raise here.
+    with contextlib.suppress(TunerError):
+        handle.stop_now()
+
+
 def evaluate(
     request: TrialRequest,
     *,
@@ -119,8 +196,39 @@ def evaluate(
     on_progress: ProgressCallback | None = None,
     should_stop: Callable[[], bool] | None = None,
     on_ready: ReadyCallback | None = None,
+    should_abort: Callable[[], bool] | None = None,
 ) -> TrialResult:
-    """Evaluate one candidate end to end; the server never outlives this call."""
+    """Evaluate one candidate end to end; the server never outlives this call.
+
+    `should_abort`: asked several times a second; True ends the trial within seconds in any
+    phase, its server stopped, as `failure_kind` "interrupted" with nothing measured.
+    """
+    watch = _AbortWatch(should_abort)
+    try:
+        try:
+            return _evaluate(request, on_state, on_progress, should_stop, on_ready, watch)
+        except Exception:
+            watch.check()  # an error the abort caused (its server stopped under a request)
+            raise
+    except _Aborted:
+        return TrialResult(
+            trial_number=request.trial_number,
+            spec=request.spec,
+            failure_kind=INTERRUPTED,
+            failure_reason="the run was interrupted; nothing of this trial was measured",
+        )
+    finally:
+        watch.close()
+
+
+def _evaluate(
+    request: TrialRequest,
+    on_state: StateCallback,
+    on_progress: ProgressCallback | None,
+    should_stop: Callable[[], bool] | None,
+    on_ready: ReadyCallback | None,
+    watch: _AbortWatch,
+) -> TrialResult:
     t0 = time.monotonic()
     cache = Path(request.cache_dir)
     launcher = Launcher(log_dir=cache / "logs" / request.study_name, state_dir=cache / "run")
@@ -130,6 +238,7 @@ def evaluate(
     starts: list[ServerStartRecord] = []
     _preload_tokenizer(request.tokenizer)
     for attempt in range(2):
+        watch.check()
         starting = "server starting" if attempt == 0 else "server restarting (clamped max_num_seqs)"
         on_state(starting)
         launch_t0 = time.monotonic()
@@ -140,9 +249,16 @@ def evaluate(
 
         try:
             handle = launcher.launch(
-                spec, timeout_s=request.startup_timeout_s, attempt=attempt, on_wait=waiting
+                spec,
+                timeout_s=request.startup_timeout_s,
+                attempt=attempt,
+                on_wait=waiting,
+                should_abort=watch.aborted,
             )
+        except StartAborted:
+            raise _Aborted() from None
         except StartupFailed as exc:
+            watch.check()  # a server that died of the interrupt's stop is no failure of its own
             failure = exc.failure
             starts.append(failure.record())
             infeasible = failure.infeasible
@@ -167,10 +283,15 @@ def evaluate(
                 wall_s=time.monotonic() - t0,
             )
         startup_s = time.monotonic() - launch_t0
-        if on_ready is not None:
-            on_ready(handle.facts.kv_cache_tokens, startup_s)
-        return _measure(request, handle, spec, starts, on_state, on_progress, should_stop, t0,
-                        startup_s, requested, clamped)  # fmt: skip
+        watch.attach(handle)
+        try:
+            watch.check()
+            if on_ready is not None:
+                on_ready(handle.facts.kv_cache_tokens, startup_s)
+            return _measure(request, handle, spec, starts, on_state, on_progress, should_stop, t0,
+                            startup_s, requested, clamped, watch)  # fmt: skip
+        finally:
+            watch.attach(None)
     raise AssertionError("unreachable: the second attempt always returns")
 
 
@@ -186,8 +307,13 @@ def _measure(
     startup_s: float,
     requested: int | None,
     clamped: int | None,
+    watch: _AbortWatch,
 ) -> TrialResult:
-    """Steps 3-5 on a started server: workload, plain benchmark, stop."""
+    """Steps 3-5 on a started server: workload, plain benchmark, stop.
+
+    `watch.check()` after every step, and first thing in every error handler: once the trial is
+    told to abort, its server is stopped under it and any error is the abort's.
+    """
     workload: WorkloadRecord | None = None
     throughput: tuple[ThroughputRecord, ...] = ()
     failure_kind = failure_reason = None
@@ -218,13 +344,16 @@ def _measure(
                         handle.base_url, spec.served_model_name or spec.model,
                         streams=request.workload.agents,
                     )  # fmt: skip
+                    watch.check()
                     calibration = request.sizing.calibrate(speeds, request.trial_number, startup_s)
                     request = replace(request, workload=calibration.settings)
                     planned[0] = request.workload.tasks
                 except TunerError as exc:
+                    watch.check()
                     failure_kind, failure_reason, infeasible = _unless_died(
                         handle, 0, "workload_failed", f"the calibration probe failed: {exc}", False
                     )
+            watch.check()
             on_state("workload")
             w0 = time.monotonic()
             try:
@@ -244,18 +373,21 @@ def _measure(
             except _Skip:
                 pass
             except AcceptanceCollapsed as exc:
+                watch.check()  # the abort stopped the server under the workload
                 # Drafting on, accepting nothing: a broken config here, never a slow one.
                 failure_kind, failure_reason, infeasible = _unless_died(
                     handle, exc.answered_requests, "acceptance_collapsed", str(exc), True,
                     wait_s=0.5,
                 )  # fmt: skip
             except WorkloadStalled as exc:
+                watch.check()
                 # Alive but not finishing tasks: this config cannot serve the workload here,
                 # so it is infeasible (the sampler steers away) unless the server in fact died.
                 failure_kind, failure_reason, infeasible = _unless_died(
                     handle, exc.answered_requests, "server_stalled", f"the vLLM server {exc}", True
                 )
             except (TunerError, httpx.HTTPError) as exc:
+                watch.check()
                 failure_kind, failure_reason, infeasible = _unless_died(
                     handle,
                     getattr(exc, "answered_requests", None),
@@ -263,6 +395,7 @@ def _measure(
                     f"the workload failed against the server: {exc}",
                     False,
                 )
+            watch.check()
             workload_s = time.monotonic() - w0
             stopped_early = (
                 workload is not None and asked_to_stop[0] and workload.tasks < planned[0]
@@ -296,6 +429,7 @@ def _measure(
                 probe = try_probe(
                     handle.base_url, spec.served_model_name or spec.model, request.workload
                 )
+                watch.check()  # a probe the abort cut short answers None
             if workload is not None and not stopped_early and request.throughput.streams:
                 streams = " and ".join(str(n) for n in request.throughput.streams)
                 on_state(f"plain benchmark: {streams} streams")
@@ -303,9 +437,11 @@ def _measure(
                 try:
                     throughput = _throughput(handle.base_url, spec, request.throughput)
                 except Exception as exc:
+                    watch.check()
                     # Any error: the workload is measured and must survive what comes after it.
                     notes.append(f"plain benchmark failed after the workload: {_line(exc)}")
                 throughput_s = time.monotonic() - t1
+                watch.check()
             on_state("stopping")
     except TunerError as exc:
         if workload is None:

@@ -17,6 +17,12 @@ asks Ray's GCS whether the worker's node is still alive (`NODE_DEATH_WAIT_S`) an
 trial as `node_lost`, which the loop records interrupted and queues again. The slot's new
 worker may have nowhere to go until a node rejoins: `ready(slot)` says so, and the loop uses
 the other slots meanwhile.
+
+An interrupt of the study (`RayBackend.abort`) reaches each worker through the hub within
+`STOP_POLL_S`: the worker's trial stops its server at once and returns "interrupted" in any
+phase (`tuner.study.trial.evaluate`). A worker that has not returned `ABORT_WAIT_S` later is
+killed (its server group's supervisor then takes the group down), so the driver never waits on
+it; nothing a worker returns after the abort is meant to be stored.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from tuner.study.trial.evaluate import TrialRequest, TrialResult, evaluate
 from tuner.workload import RunProgress
 
 __all__ = [
+    "ABORT_WAIT_S",
     "CPU_SLOT_RESOURCE",
     "NODE_DEATH_WAIT_S",
     "ProgressHub",
@@ -56,6 +63,11 @@ NODE_DEATH_WAIT_S = 30.0
 # waits for hardware that is gone), before every later stage that starts workers.
 PLACEMENT_WAIT_S = 120.0
 PLACEMENT_GRACE_S = 10.0
+# How often a worker asks the hub whether its trial should stop or abort.
+STOP_POLL_S = 0.25
+# How long `abort` lets workers stop their trials (a server stop: SIGTERM, SIGKILL after
+# tuner.server.launcher.ABORT_GRACE_S) before it kills them: within a study's 10 s.
+ABORT_WAIT_S = 6.0
 
 
 @ray.remote(num_cpus=0)
@@ -67,6 +79,7 @@ class ProgressHub:
         self._state: dict[int, str] = {}
         self._ready: dict[int, tuple[int | None, float]] = {}
         self._stop: set[int] = set()
+        self._abort: set[int] = set()
 
     def report(self, trial_number: int, progress: dict[str, Any]) -> None:
         self._progress[trial_number] = progress
@@ -80,8 +93,12 @@ class ProgressHub:
     def request_stop(self, trial_number: int) -> None:
         self._stop.add(trial_number)
 
-    def should_stop(self, trial_number: int) -> bool:
-        return trial_number in self._stop
+    def request_abort(self, trial_number: int) -> None:
+        self._abort.add(trial_number)
+
+    def stop_state(self, trial_number: int) -> tuple[bool, bool]:
+        """(stop at the next task boundary, abort now) for the trial."""
+        return trial_number in self._stop, trial_number in self._abort
 
     def snapshot(
         self,
@@ -93,6 +110,7 @@ class ProgressHub:
         self._state.pop(trial_number, None)
         self._ready.pop(trial_number, None)
         self._stop.discard(trial_number)
+        self._abort.discard(trial_number)
 
 
 class _TrialWorker:
@@ -109,14 +127,19 @@ class _TrialWorker:
         n = request.trial_number
         hub = self._hub
         stop = threading.Event()
+        abort = threading.Event()
         done = threading.Event()
 
         def poll_stop() -> None:
             # Asking the hub from the workload's event loop would block it; a thread keeps the
-            # answer in an Event that `should_stop` reads for free.
-            while not done.wait(1.0):
-                if ray.get(hub.should_stop.remote(n)):
+            # answers in Events that `should_stop` and `should_abort` read for free.
+            while not done.wait(STOP_POLL_S):
+                stopping, aborting = ray.get(hub.stop_state.remote(n))
+                if stopping:
                     stop.set()
+                if aborting:
+                    stop.set()
+                    abort.set()
                     return
 
         poller = threading.Thread(target=poll_stop, daemon=True)
@@ -135,6 +158,7 @@ class _TrialWorker:
                 on_progress=on_progress,
                 should_stop=stop.is_set,
                 on_ready=lambda kv, s: hub.set_ready.remote(n, kv, s),
+                should_abort=abort.is_set,
             )
             return replace(result, node_id=self.node_id())
         finally:
@@ -205,6 +229,7 @@ class RayBackend:
         ray.wait(self._node_refs, num_returns=1, timeout=PLACEMENT_WAIT_S)
         ray.wait(self._node_refs, num_returns=slots, timeout=PLACEMENT_GRACE_S)
         self._inflight: dict[Any, tuple[int, int]] = {}  # ref -> (slot, trial number)
+        self._abort_deadline: float | None = None  # `abort` was called: kill workers after it
 
     @property
     def slots(self) -> int:
@@ -232,14 +257,39 @@ class RayBackend:
         self._inflight[ref] = (slot, request.trial_number)
 
     def wait(self, timeout_s: float) -> list[Finished]:
-        """Results of the trials that finished within `timeout_s`."""
+        """Results of the trials that finished within `timeout_s`; after `abort`, every trial
+        still running once `ABORT_WAIT_S` have passed, its worker killed."""
         if not self._inflight:
             time.sleep(timeout_s)
             return []
+        if self._abort_deadline is not None:
+            timeout_s = max(0.0, min(timeout_s, self._abort_deadline - time.monotonic()))
         done, _ = ray.wait(list(self._inflight), num_returns=1, timeout=timeout_s)
         if done:  # collect whatever else is ready too
             done, _ = ray.wait(list(self._inflight), num_returns=len(self._inflight), timeout=0)
-        return [self._collect(ref) for ref in done]
+        finished = [self._collect(ref) for ref in done]
+        if self._abort_deadline is not None and time.monotonic() >= self._abort_deadline:
+            finished.extend(self._kill_running())
+        return finished
+
+    def abort(self) -> None:
+        """The study was interrupted: every running trial stops now, in whatever phase.
+
+        Each worker stops its server and returns "interrupted" (`evaluate`'s `should_abort`);
+        `wait` returns the ones that have not within `ABORT_WAIT_S`, their workers killed.
+        """
+        for _slot, number in self._inflight.values():
+            self._hub.request_abort.remote(number)
+        self._abort_deadline = time.monotonic() + ABORT_WAIT_S
+
+    def _kill_running(self) -> list[Finished]:
+        out = []
+        for ref, (slot, number) in list(self._inflight.items()):
+            del self._inflight[ref]
+            ray.kill(self._workers[slot])
+            line = f"the worker did not stop within {ABORT_WAIT_S:g} s of the interrupt; killed"
+            out.append(Finished(slot, number, None, crash=line))
+        return out
 
     def _collect(self, ref: Any) -> Finished:
         slot, number = self._inflight.pop(ref)
@@ -248,13 +298,16 @@ class RayBackend:
         try:
             result: TrialResult = ray.get(ref)
         except ray.exceptions.RayError as exc:
+            line = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+            if self._abort_deadline is not None:
+                # Interrupted: no waiting for the GCS to judge the node, no new worker.
+                return Finished(slot, number, None, crash=line, node_id=node)
             # The actor died with its trial (killed, out of memory, its node lost): a fresh one
             # takes the slot, wherever Ray finds the slot's hardware free.
             lost = _node_lost(node)
             self._workers[slot] = start_workers(self._hub, slots=1, gpus_per_slot=self._gpus)[0]
             self._node_refs[slot] = self._workers[slot].node_id.remote()
             self._nodes[slot] = None
-            line = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
             if lost:
                 line = f"Ray node {node} was lost while it ran this trial ({line})"
             return Finished(slot, number, None, crash=line, node_id=node, node_lost=lost)
