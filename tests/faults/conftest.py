@@ -56,6 +56,10 @@ def box(tmp_path: Path, cache_dir: Path, smollm2_path: Path) -> Box:
     cache = tmp_path / "cache"
     cache.mkdir()
     (cache / "models").symlink_to(cache_dir / "models", target_is_directory=True)
+    # vLLM's compile cache too (tuner.server.compile_cache): a private one would make every
+    # fault test's first start compile from nothing.
+    (cache_dir / "vllm").mkdir(exist_ok=True)
+    (cache / "vllm").symlink_to(cache_dir / "vllm", target_is_directory=True)
     env = {**os.environ, "TUNER_CACHE_DIR": str(cache), "COLUMNS": "200"}
     env.pop("TUNER_TEST_SIGKILL_AT", None)
     return Box(cache, env)

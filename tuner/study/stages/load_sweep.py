@@ -223,7 +223,9 @@ def measure_config(
     spec = _spec(preset, finalist, model_path)
     label = _label(finalist)
     table_key = study_name + SWEEP_TABLE_SUFFIX
-    launcher = Launcher(log_dir=cache_dir / "logs" / table_key, state_dir=cache_dir / "run")
+    launcher = Launcher(
+        log_dir=cache_dir / "logs" / table_key, state_dir=cache_dir / "run", cache_dir=cache_dir
+    )
     common = dict(
         key=finalist.key,
         label=label,

@@ -231,7 +231,9 @@ def _evaluate(
 ) -> TrialResult:
     t0 = time.monotonic()
     cache = Path(request.cache_dir)
-    launcher = Launcher(log_dir=cache / "logs" / request.study_name, state_dir=cache / "run")
+    launcher = Launcher(
+        log_dir=cache / "logs" / request.study_name, state_dir=cache / "run", cache_dir=cache
+    )
     spec = request.spec
     requested = spec.max_num_seqs
     clamped: int | None = None
