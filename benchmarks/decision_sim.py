@@ -569,6 +569,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--levels", default=None, help="e.g. 1,2.5,6 (default: x1-x6)")
     parser.add_argument("--no-write", action="store_true", help="Print only.")
+    parser.add_argument("--out", type=Path, default=OUT, help="The markdown to write.")
     args = parser.parse_args(argv)
     t0, cpu0 = time.monotonic(), time.process_time()
     levels = (
@@ -622,7 +623,9 @@ def main(argv: list[str] | None = None) -> int:
     m = model()
     data = {
         "command": "python benchmarks/decision_sim.py"
-        + (f" --studies {args.studies}" if args.studies != 1000 else ""),
+        + (f" --studies {args.studies}" if args.studies != 1000 else "")
+        + (f" --levels {args.levels}" if args.levels else "")
+        + (f" --out {args.out}" if args.out != OUT else ""),
         "seed": args.seed,
         "seconds": round(seconds, 1),
         "cpu_seconds": round(cpu, 1),
@@ -659,8 +662,8 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(_table(stressed)))
     print(f"goals met: {met}; {seconds:.0f} s, {cpu:.0f} s of CPU")
     if not args.no_write:
-        OUT.write_text(_markdown(table, data, _table(stressed)))
-        print(f"wrote {OUT.relative_to(ROOT)}")
+        args.out.write_text(_markdown(table, data, _table(stressed)))
+        print(f"wrote {args.out}")
     return 0
 
 
