@@ -10,7 +10,7 @@ import math
 
 import pytest
 
-from tuner.metrics import DEFAULT_NOISE, RunOutcomes, paired_ratio
+from tuner.metrics import DEFAULT_NOISE, PairedEstimate, RunOutcomes, paired_ratio
 from tuner.metrics.scoring import outlier_rounds
 
 TASKS = tuple((f"t{i}", True, 10.0) for i in range(12))
@@ -24,7 +24,7 @@ def _run(tasks_per_hour: float) -> RunOutcomes:
 RATIOS = (1.12, 1.07, 1.13, 1.09, 1.06, 1.11, 1.14, 1.08)
 
 
-def _estimate(ratios: tuple[float, ...]):  # type: ignore[no-untyped-def]
+def _estimate(ratios: tuple[float, ...]) -> PairedEstimate | None:
     return paired_ratio([_run(500 * r) for r in ratios], [_run(500)] * len(ratios))
 
 
