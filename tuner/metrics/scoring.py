@@ -25,7 +25,7 @@ import math
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from tuner.records import Score, TaskRecord
 
@@ -427,6 +427,14 @@ class PairedEstimate:
     noise: BetweenRunNoise = DEFAULT_NOISE
     round_ratios: tuple[float, ...] = ()
     level: float | None = None  # the one-sided level it was tested at, when sequential
+    # Rounds (indices into `round_ratios`) left out of the estimate as outliers against the
+    # others' spread (`outlier_rounds`): a slow start. `rounds` still counts them.
+    set_aside: tuple[int, ...] = ()
+
+    @property
+    def used(self) -> int:
+        """The rounds the estimate and interval stand on (`rounds` less the set-aside)."""
+        return self.rounds - len(self.set_aside)
 
     @property
     def beats(self) -> bool:
@@ -441,9 +449,9 @@ class PairedEstimate:
     def upper(self, level: float) -> float:
         """The one-sided upper confidence bound of the ratio at `level` (e.g. 0.05: the ratio
         is below it with 95% confidence), from the same t distribution as the interval."""
-        if self.rounds < 1 or self.df < 1:
+        if self.used < 1 or self.df < 1:
             return math.inf
-        se = self.noise.log_sd / math.sqrt(self.rounds)
+        se = self.noise.log_sd / math.sqrt(self.used)
         return math.exp(math.log(self.ratio) + student_t_quantile(1 - level, self.df) * se)
 
     def describe(self) -> str:
@@ -456,7 +464,58 @@ class PairedEstimate:
         else:
             how = f"interval over the rounds, with the between-run term: {sd}"
         level = f", tested at one-sided {self.level:.2g}" if self.level is not None else ""
-        return f"x{self.ratio:.3f} {interval} over {rounds} of {self.tasks} tasks{level}; {how}"
+        aside = ""
+        if self.set_aside:
+            shown = ", ".join(
+                f"round {i + 1} (x{self.round_ratios[i]:.3f})" for i in self.set_aside
+            )
+            aside = (
+                f" ({shown} set aside: more than {OUTLIER_T:g} predictive sds from the other "
+                "rounds, a slow start)"
+            )
+        return (
+            f"x{self.ratio:.3f} {interval} over {rounds} of {self.tasks} tasks{aside}{level}; {how}"
+        )
+
+
+# A round's log ratio is set aside when it lies more than OUTLIER_T sds of the prediction
+# from the other rounds (their mean; the prior updated by their spread, times
+# sqrt(1 + 1/n)), from OUTLIER_FROM rounds on and at most one round in OUTLIER_SHARE.
+# Why: one slow start (a start at x0.75, which shared boxes have) moved a round by 0.29 in
+# log ratio; left in, it widened the interval of every later look and cost a true +10% a
+# quarter of its power (benchmarks/decision_sim.py, docs/decision-sim.md).
+OUTLIER_T: Final = 3.5
+OUTLIER_FROM: Final = 4
+OUTLIER_SHARE: Final = 5
+
+
+def outlier_rounds(logs: Sequence[float], noise: BetweenRunNoise) -> tuple[int, ...]:
+    """Rounds to leave out of a paired estimate: one at a time, the round furthest from the
+    others (in sds of the prediction from the others, with `noise` as the prior updated by
+    their spread) while it is more than `OUTLIER_T` away, from `OUTLIER_FROM` rounds on, at
+    most one in `OUTLIER_SHARE` rounds. Symmetric: a round too high is set aside as a round
+    too low is (a slow baseline start reads as a fast candidate)."""
+    r = len(logs)
+    if r < OUTLIER_FROM:
+        return ()
+    kept = list(range(r))
+    out: list[int] = []
+    for _ in range(r // OUTLIER_SHARE):
+        worst: tuple[float, int] | None = None
+        for j in kept:
+            others = [logs[i] for i in kept if i != j]
+            n = len(others)
+            mean = sum(others) / n
+            squares = sum((x - mean) ** 2 for x in others)
+            sd = math.sqrt((noise.df * noise.log_sd**2 + squares) / (noise.df + n - 1))
+            z = abs(logs[j] - mean) / (sd * math.sqrt(1 + 1 / n))
+            if worst is None or z > worst[0]:
+                worst = (z, j)
+        if worst is None or worst[0] <= OUTLIER_T:
+            break
+        kept.remove(worst[1])
+        out.append(worst[1])
+    return tuple(sorted(out))
 
 
 def paired_ratio(
@@ -476,7 +535,10 @@ def paired_ratio(
     (d0 s0^2 + sum of squared deviations) / (d0 + R - 1) (`combine_noise`, a conjugate update):
     the prior weighs as d0 earlier rounds, so two rounds that happen to agree do not make a
     narrow interval, and rounds that disagree widen it by their weight. The interval is
-    mean +- t(d0 + R - 1) x sd / sqrt(R).
+    mean +- t(d0 + R - 1) x sd / sqrt(R). From `OUTLIER_FROM` rounds on, a round far outside
+    the others' spread (`outlier_rounds`: one slow start) is left out of the mean (R counts
+    the rounds kept) and counts in the spread as a round at the edge, OUTLIER_T predictive
+    sds out.
 
     Args:
         candidate: The candidate's runs, one per round.
@@ -502,10 +564,22 @@ def paired_ratio(
         if c_rate <= 0 or b_rate <= 0:
             return None
         logs.append(math.log(c_rate / b_rate))
-    r = len(logs)
-    mean = sum(logs) / r
-    squares = sum((x - mean) ** 2 for x in logs)
-    noise = combine_noise(noise, squares, r - 1, f"this study's {r} rounds")
+    rounds = len(logs)
+    aside = outlier_rounds(logs, noise)
+    used = [x for i, x in enumerate(logs) if i not in aside]
+    r = len(used)
+    mean = sum(used) / r
+    squares = sum((x - mean) ** 2 for x in used)
+    if aside:
+        # A set-aside round leaves the mean but not the spread: it counts as a round at the
+        # edge (OUTLIER_T predictive sds out), so setting aside never narrows the interval
+        # below what an ordinary extreme round gives (with the round simply dropped, false
+        # wins rose to 7.7% at x6 of the fitted noise: docs/decision-sim.md).
+        kept = combine_noise(noise, squares, r - 1, "")
+        edge = OUTLIER_T * kept.log_sd * math.sqrt(1 + 1 / r)
+        squares += len(aside) * edge**2
+    what = f"this study's {rounds} rounds" + (f" ({len(aside)} set aside)" if aside else "")
+    noise = combine_noise(noise, squares, rounds - 1, what)
     df, sd = noise.df, noise.log_sd
     se = sd / math.sqrt(r)
     t = student_t_quantile(1 - (1 - confidence) / 2, df)
@@ -514,12 +588,13 @@ def paired_ratio(
         ratio=math.exp(mean),
         low=math.exp(mean - t * se),
         high=math.exp(mean + t * se),
-        rounds=r,
+        rounds=rounds,
         tasks=len(common),
         p_value=p,
         df=df,
         noise=noise,
         round_ratios=tuple(math.exp(x) for x in logs),
+        set_aside=aside,
     )
 
 
