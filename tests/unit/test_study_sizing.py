@@ -74,18 +74,38 @@ def test_the_floor_grows_with_tasks_and_shrinks_with_agents() -> None:
 
 def test_a_prefill_bound_window_passes_on_its_measured_length_alone() -> None:
     # The published shape (prompts to 15k tokens, 0.1 s tools): its tool waits are a few
-    # seconds, but 12 tasks took 78-154 s on an H200; the preset states the shortest.
+    # seconds, so tools alone never pass it; a measured window of 60 s or more with the
+    # fewest tasks an estimate needs does.
     workload = load_preset(model="qwen3.8-27b-shape", gpu="h200").workload
-    assert workload.measured_scored_s is not None and workload.measured_scored_s >= MIN_SCORED_S
-    sizing = check_sizing(workload, where="qwen3.8-27b-shape/h200")
+    at_24 = workload.model_copy(
+        update={"tasks": 24, "measured_scored_s": 78.0, "separating_tasks": None}
+    )
+    sizing = check_sizing(at_24, where="qwen3.8-27b-shape/h200")
     assert sizing.floor_s < MIN_SCORED_S  # tools alone would not do
     with pytest.raises(ConfigError, match="under the 60 s"):
-        check_sizing(workload.model_copy(update={"measured_scored_s": None}), where="p")
+        check_sizing(at_24.model_copy(update={"measured_scored_s": None}), where="p")
     with pytest.raises(ConfigError, match="under the 60 s"):
-        check_sizing(workload.model_copy(update={"measured_scored_s": 59.0}), where="p")
+        check_sizing(at_24.model_copy(update={"measured_scored_s": 59.0}), where="p")
     # A measured window does not waive the fewest tasks an estimate needs.
     with pytest.raises(ConfigError):
-        check_sizing(workload.model_copy(update={"tasks": 12}), where="p")
+        check_sizing(at_24.model_copy(update={"tasks": 12}), where="p")
+
+
+def test_a_preset_that_showed_its_task_count_separates_passes_below_both_floors() -> None:
+    # Issue 46: the preset states 8 scored tasks and why (its comment: the window's own sd
+    # under the between-start sd); with its measured window that replaces both proxies.
+    workload = load_preset(model="qwen3.8-27b-shape", gpu="h200").workload
+    assert workload.separating_tasks is not None and workload.measured_scored_s is not None
+    assert workload.measured_scored_s < MIN_SCORED_S and workload.tasks < 24
+    check_sizing(workload, where="qwen3.8-27b-shape/h200")
+    # Without its measured window, or below its own count, or under 2 tasks an agent: refused.
+    for change in (
+        {"measured_scored_s": None},
+        {"tasks": workload.separating_tasks - 1},
+        {"separating_tasks": 2 * workload.agents - 1, "tasks": 2 * workload.agents - 1},
+    ):
+        with pytest.raises(ConfigError):
+            check_sizing(workload.model_copy(update=change), where="p")
 
 
 def test_extras_on_a_measured_study_pass_on_the_study_s_own_windows(tmp_path: Path) -> None:

@@ -242,7 +242,11 @@ def estimate_line(
     warm = per_run - cost.startup_s + warm_startup_s(preset)
     repeats = reruns + confirm_runs
     total = math.ceil(trials / slots) * per_run + math.ceil(repeats / slots) * warm
-    warm_part = f", {warm:.0f} s a repeated config's run (compile cache)" if repeats else ""
+    warm_part = (
+        f", {warm:.0f} s a repeated config's run (compile cache)"
+        if repeats and round(warm) != round(per_run)
+        else ""
+    )
     return (
         f"estimate: {minutes(total)} for {_runs(runs)} ({what}{at_once}), about "
         f"{per_run:.0f} s a run{warm_part} ({w.tasks + w.warmup_tasks} tasks with {w.agents} "
