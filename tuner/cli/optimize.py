@@ -257,7 +257,13 @@ def _budget(
     from tuner.study.search.sampling import enumerate_space
     from tuner.study.stages.confirm import floor_start_needed
 
-    stored = read_stored_study(url, study or preset.study_name)
+    from tuner.cli._checks import sqlite_path
+
+    # A SQLite file not there yet has no study, and reading it would create it: a budget
+    # refused below must leave nothing written.
+    path = sqlite_path(url)
+    new = path is not None and not path.exists()
+    stored = None if new else read_stored_study(url, study or preset.study_name)
     sizing = _sizing(SimpleNamespace(calibrate=calibrate), preset, stored)
     first = planned_run_s(preset, **sizing)
     configs = enumerate_space(preset)

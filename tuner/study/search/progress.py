@@ -156,7 +156,8 @@ def planned_run_s(
         workload = min(tasks * cost.agent_s_per_task / w.agents, window_s * tasks / w.tasks)
         return (
             cost.startup_s + workload + cost.after_s,
-            f"the preset's estimate, the workload at most the {window_s:.0f} s window",
+            f"the preset's estimate, as measured on {cost.source}, the workload at most the "
+            f"{window_s:.0f} s window",
         )
     return run_estimate_s(preset), f"the preset's estimate, as measured on {cost.source}"
 
