@@ -250,14 +250,13 @@ def _budget(
 ) -> Any:
     """The command's `Budget` (tuner.study.search.budget); a budget that cannot buy a
     baseline and one candidate is refused in one line, before anything is written."""
+    from tuner.cli._checks import sqlite_path
     from tuner.errors import ConfigError
     from tuner.study.preflight.plan import read_stored_study
     from tuner.study.search.budget import END_RESERVE_S, GAP_S, Budget
     from tuner.study.search.progress import planned_run_s
     from tuner.study.search.sampling import enumerate_space
     from tuner.study.stages.confirm import floor_start_needed
-
-    from tuner.cli._checks import sqlite_path
 
     # A SQLite file not there yet has no study, and reading it would create it: a budget
     # refused below must leave nothing written.
