@@ -8,6 +8,7 @@ be made to do on purpose. The real CPU build's confirmation run is measured in d
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -191,3 +192,37 @@ def test_a_futile_config_is_dropped_and_the_stage_stops_when_none_can_gain(
     # Resumed (a second driver, or the same command again): the drop is found again and
     # nothing is queued for the dropped config.
     assert confirm_study(options, ConfirmPlan(k=2, rounds=8)).queued == 0
+
+
+def test_a_round_that_cannot_finish_inside_the_budget_is_not_queued(
+    fake_ray: None, tmp_path: Path
+) -> None:
+    from tuner.study.search.budget import Budget
+
+    class _SlowerThanPlanned(Budget):
+        # Runs came out at 100 s each after the stage had planned 3 rounds on faster ones.
+        def run_s(self) -> float:
+            return 100.0
+
+        def confirm_plan(self) -> tuple[int, int]:
+            return 1, 3
+
+    preset = _preset(lossy=False)
+    options = _searched(preset, tmp_path)
+    # 190 s for runs after the end's reserve: the floor start (1 run) and round 1's candidate
+    # run fit one at a time; round 2 (2 runs, 200 s) never does.
+    budget = _SlowerThanPlanned(
+        30 + 190, k=1, rounds=3, floor=True, baseline_every=5, estimate_s=100.0
+    )
+    said: list[str] = []
+    summary = confirm_study(replace(options, budget=budget), ConfirmPlan(1, 3), say=said.append)
+    study = optuna.load_study(study_name="fake", storage=options.storage_url)
+    assert _order(study) == [(0, 0), (1, 0)]
+    stop = study.user_attrs[StudyAttr.CONFIRM_STOP]
+    assert stop["rounds"] == 1 and stop["reason"].startswith("the budget: round 2 needs 2 runs")
+    assert summary.stopped == (1, stop["reason"])
+    assert any(line.startswith("confirmation: stopped after 1 round: the budget") for line in said)
+    # The verdict stands on the round that ran, and the export says why the stage stopped.
+    choice = choose_export(load_results(options.storage_url, "fake"))
+    assert choice.confirmed and choice.stopped is not None
+    assert "stopped: the budget" in choice.stopped

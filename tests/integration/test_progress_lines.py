@@ -324,3 +324,61 @@ def test_a_second_ctrl_c_quits_at_once_and_leaves_no_process(tmp_path: Path) -> 
     assert took < 8, (took, out.text())
     assert not left, left
     assert port_free("127.0.0.1", port)
+
+
+def test_a_budget_study_says_its_plan_and_ends_with_its_verdict_inside_the_budget(
+    tmp_path: Path,
+) -> None:
+    # The recorded run makes the first plan's estimate the fake's (a few seconds a run), as a
+    # GPU preset's recorded runs make a real model's; the measured runs revise it.
+    preset = {
+        **PRESET,
+        "recorded_run": {
+            "startup_s": 1.0,
+            "agent_s_per_task": 1.0,
+            "after_s": 1.0,
+            "source": "the fake server",
+        },
+    }
+    argv, env = _run_env(tmp_path, preset)
+    argv = [a for a in argv if a not in ("--n-trials", "1", "--confirm", "0")]
+    budget_s = 75.0
+    start = time.monotonic()
+    proc = subprocess.run(
+        [*argv, "--budget", "1m15s"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=300,
+    )
+    wall = time.monotonic() - start
+    text = proc.stdout
+    assert proc.returncode == 0, text
+    # The interpreter's start comes before the command's clock: a few seconds of slack.
+    assert wall <= budget_s + 5, (wall, text)
+    stamped = [line.split("] ", 1)[1] for line in text.splitlines() if re.match(r"\[\d", line)]
+    plan = stamped[0]
+    assert plan.startswith("plan: budget 1m15s: about "), text
+    assert " server runs of about " in plan and "(the fake server)" in plan, plan
+    assert "up to " in plan and " trial" in plan and "revised on each run's measured" in plan
+    # The estimate counts the plan's runs; the plan is revised on the first measured run.
+    assert stamped[2].startswith("estimate: "), text
+    assert any(line.startswith("plan revised on 1 measured run") for line in stamped), text
+    # A verdict: the export reads the study that the budget ended.
+    export = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tuner.cli",
+            "export",
+            "--storage",
+            argv[argv.index("--storage") + 1],
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert export.returncode == 0, export.stdout + export.stderr
+    assert "vllm serve" in export.stdout

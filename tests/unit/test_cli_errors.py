@@ -69,3 +69,27 @@ def test_help_and_db_commands(tmp_path: Path) -> None:
 
     assert up.returncode == 0 and f"revision {head()}" in up.stdout
     assert _tuner("db", "current", "--storage", url).stdout.startswith(head())
+
+
+def _optimize_with_budget(tmp_path: Path, budget: str) -> subprocess.CompletedProcess[str]:
+    db = f"sqlite:///{tmp_path / 'study.db'}"
+    return _tuner(
+        "optimize", "--model", "smollm2-135m", "--gpu", "cpu", "--storage", db,
+        "--cache-dir", str(tmp_path / "cache"), "--budget", budget,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("budget", ["20", "1h30", "ten minutes", "0s"])
+def test_a_bad_budget_is_one_line_and_writes_nothing(tmp_path: Path, budget: str) -> None:
+    line = _one_error_line(_optimize_with_budget(tmp_path, budget))
+    assert "--budget" in line and "1h30m" in line, line
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_budget_too_small_for_two_runs_is_refused_before_anything_is_written(
+    tmp_path: Path,
+) -> None:
+    line = _one_error_line(_optimize_with_budget(tmp_path, "90s"))
+    assert line.startswith("error: --budget 90s buys 0 server run"), line
+    assert "give at least" in line
+    assert not (tmp_path / "study.db").exists()

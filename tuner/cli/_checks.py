@@ -22,6 +22,7 @@ from tuner.errors import ConfigError, StorageError
 
 __all__ = [
     "PG_CONNECT_TIMEOUT_S",
+    "budget_seconds",
     "cache_dir",
     "check_slots",
     "cluster_slots",
@@ -285,3 +286,22 @@ def cluster_slots(slots: int | None, gpu: object, where: str) -> int:
         from_option=slots is not None,
     )
     return wanted
+
+
+_DURATION = re.compile(r"^(?:(?P<h>\d+)h)?(?:(?P<m>\d+)m)?(?:(?P<s>\d+)s)?$")
+
+
+def budget_seconds(text: str) -> float:
+    """`--budget`'s seconds: a duration with its units, hours, minutes, seconds in that order
+    (`90s`, `20m`, `2h`, `1h30m`); ConfigError (one line, exit 2) for anything else, before
+    anything is loaded or written."""
+    found = _DURATION.match(text.strip().lower())
+    hint = "give a duration with its units, e.g. 90s, 20m, 2h or 1h30m"
+    if found is None or not any(found.groups()):
+        raise ConfigError(f"--budget {text!r} is not a duration; {hint}")
+    seconds = sum(
+        int(found[unit] or 0) * scale for unit, scale in (("h", 3600), ("m", 60), ("s", 1))
+    )
+    if seconds <= 0:
+        raise ConfigError(f"--budget {text!r} is no time at all; {hint}")
+    return float(seconds)

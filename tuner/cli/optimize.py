@@ -5,18 +5,22 @@
 
 from __future__ import annotations
 
+import math
 import shlex
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
 from tuner.cli._app import CacheDirOption, StorageOption, app, console
+from tuner.cli._checks import budget_seconds
 from tuner.cli._checks import cache_dir as checked_cache
 from tuner.cli._checks import storage_url as checked_storage
 from tuner.cli._study import StudyOption, pick_study
@@ -28,6 +32,8 @@ _CONFIRM_HELP = (
     f"Default: the preset's confirm, else {CONFIRM_K},{CONFIRM_ROUNDS}."
 )
 ConfirmOption = Annotated[str | None, typer.Option("--confirm", help=_CONFIRM_HELP)]
+# Trials of a run without --budget (with it, the budget's plan decides and --n-trials caps it).
+DEFAULT_N_TRIALS = 20
 
 
 @app.command("optimize")
@@ -42,8 +48,23 @@ def optimize_cmd(
         str | None, typer.Option("--study", help="Study name (default: MODEL-GPU).")
     ] = None,
     n_trials: Annotated[
-        int, typer.Option("--n-trials", min=1, help="Trials that start a server, this run.")
-    ] = 20,
+        int | None,
+        typer.Option(
+            "--n-trials",
+            min=1,
+            help=f"Trials that start a server, this run. Default {DEFAULT_N_TRIALS}; with "
+            "--budget, the budget's plan, capped by this.",
+        ),
+    ] = None,
+    budget: Annotated[
+        str | None,
+        typer.Option(
+            "--budget",
+            help="Time for this command, e.g. 20m, 2h, 1h30m: a plan splits it into search "
+            "trials and confirmation rounds from the measured cost of a run (revised after "
+            "each run), and the command ends with its verdict inside it.",
+        ),
+    ] = None,
     timeout: Annotated[
         float | None, typer.Option("--timeout", min=1, help="Stop starting trials after S seconds.")
     ] = None,
@@ -116,7 +137,9 @@ def optimize_cmd(
     ] = False,
 ) -> None:
     """Search speculative-decoding configs by successful agent tasks per hour (resumable)."""
-    # The cheap checks first: a bad --storage or --cache-dir fails here, before Ray starts.
+    started = time.monotonic()  # the budget counts this command's time, from here
+    # The cheap checks first: a bad --budget, --storage or --cache-dir fails here, before Ray.
+    budget_s = budget_seconds(budget) if budget is not None else None
     url = checked_storage(storage)
     cache = checked_cache(cache_dir)
     # Imported here: Ray and vLLM-side modules cost seconds, which other commands need not pay.
@@ -141,10 +164,21 @@ def optimize_cmd(
         preset = preset.model_copy(
             update={"workload": preset.workload.model_copy(update=overrides)}
         )
+    planned = None
+    if budget is not None and budget_s is not None:
+        planned = _budget(
+            url, study, preset, plan, budget, budget_s, started,
+            n_trials=n_trials, baseline_every=baseline_every, slots=slots,
+            calibrate=not no_calibrate,
+        )  # fmt: skip
+        first = planned.plan()
+        n_trials = first.trials if first is not None else planned.slots
+    n_trials = n_trials if n_trials is not None else DEFAULT_N_TRIALS
     options = _options(
         url,
         cache,
         study,
+        budget=planned,
         n_trials=n_trials,
         timeout_s=timeout,
         ray_address=ray_address,
@@ -200,10 +234,69 @@ def optimize_cmd(
         console.print("next: tuner export (best vllm serve command), tuner report, tuner dashboard")
 
 
+def _budget(
+    url: str,
+    study: str | None,
+    preset: Any,
+    plan: Any,
+    text: str,
+    seconds: float,
+    started: float,
+    *,
+    n_trials: int | None,
+    baseline_every: int,
+    slots: int | None,
+    calibrate: bool,
+) -> Any:
+    """The command's `Budget` (tuner.study.search.budget); a budget that cannot buy a
+    baseline and one candidate is refused in one line, before anything is written."""
+    from tuner.cli._checks import sqlite_path
+    from tuner.errors import ConfigError
+    from tuner.study.preflight.plan import read_stored_study
+    from tuner.study.search.budget import END_RESERVE_S, GAP_S, Budget
+    from tuner.study.search.progress import planned_run_s
+    from tuner.study.search.sampling import enumerate_space
+    from tuner.study.stages.confirm import floor_start_needed
+
+    # A SQLite file not there yet has no study, and reading it would create it: a budget
+    # refused below must leave nothing written.
+    path = sqlite_path(url)
+    new = path is not None and not path.exists()
+    stored = None if new else read_stored_study(url, study or preset.study_name)
+    sizing = _sizing(SimpleNamespace(calibrate=calibrate), preset, stored)
+    first = planned_run_s(preset, **sizing)
+    configs = enumerate_space(preset)
+    budget = Budget(
+        budget_s=seconds,
+        text=text,
+        k=plan.k if plan.enabled else 0,
+        rounds=plan.rounds if plan.enabled else 0,
+        floor=floor_start_needed(preset),
+        baseline_every=baseline_every,
+        estimate_s=first[0] if first else None,
+        estimate_source=first[1] if first else "no recorded run of this model on this GPU",
+        trials_cap=n_trials,
+        slots=slots or preset.gpu.slots,
+        start=started,
+        space_size=len(configs) if configs is not None else None,
+    )
+    runs = budget.plan()
+    if runs is not None and first is not None and runs.runs < 2:
+        least = 2 * (first[0] + GAP_S) + END_RESERVE_S
+        raise ConfigError(
+            f"--budget {text} buys {runs.runs} server run(s) of this preset at about "
+            f"{first[0]:.0f} s a run ({first[1]}); a study needs the baseline and a candidate: "
+            f"give at least {math.ceil(least / 60)}m"
+        )
+    return budget
+
+
 def _confirm_and_print(options: Any, plan: Any, preset: Any) -> None:
     from tuner.study.stages.confirm import confirm_study, floor_start_needed
 
-    if plan.enabled:
+    if options.budget is not None:
+        pass  # the stage says what the budget's time left buys, once the search is over
+    elif plan.enabled:
         console.print(
             f"confirmation: the top {plan.k} candidates (or fewer) and the baseline, up to "
             f"{plan.rounds} more fresh starts each, interleaved in alternating order, stopping "
@@ -217,7 +310,7 @@ def _confirm_and_print(options: Any, plan: Any, preset: Any) -> None:
             "(export will say unconfirmed)"
         )
     result = confirm_study(options, plan, say=console.print)
-    if not plan.enabled:
+    if not plan.enabled or len(result.configs) < 2:
         return
     table = Table(title="confirmation (paired with the baseline, round by round)")
     for column in ("trial", "config", "search tasks/h", "confirmed tasks/h", "paired", "outputs"):
@@ -268,11 +361,30 @@ def _announce(options: Any, preset: Any, plan: Any, n_trials: int) -> None:
     from tuner.study.preflight.plan import read_stored_study
     from tuner.study.search.progress import estimate_line, planned_runs, workload_line
 
+    budget = getattr(options, "budget", None)
+    if budget is not None:
+        line = budget.plan_line()
+        (options.progress.say if options.progress is not None else console.print)(line)
     if options.progress is None:
         return
     stored = read_stored_study(options.storage_url, options.study_name or preset.study_name)
     from tuner.study.stages.confirm import floor_start_needed
 
+    first = budget.plan() if budget is not None else None
+    if first is not None:
+        options.progress.say(workload_line(preset))
+        options.progress.say(
+            estimate_line(
+                preset,
+                first.trials,
+                first.confirm_runs,
+                reruns=first.reruns,
+                **_sizing(options, preset, stored),
+            )
+        )
+        options.progress.later_runs = first.confirm_runs
+        options.progress.confirm_cap = first.rounds or None
+        return
     reruns, confirm = planned_runs(
         n_trials,
         k=plan.k,

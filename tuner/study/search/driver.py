@@ -59,6 +59,7 @@ from tuner.study.preflight.plan import (
     same_scores,
 )
 from tuner.study.preflight.plan import reduce_space as _reduce_space
+from tuner.study.search.budget import Budget
 from tuner.study.search.display import SlotView, StudyDisplay, ran_params
 from tuner.study.search.loop import LoopOutcome, LoopSettings, RequestFactory, StudyLoop
 from tuner.study.search.progress import ProgressLines, interrupted_line
@@ -116,6 +117,10 @@ class OptimizeOptions:
     calibrate: bool = True
     # Servers at once (`--slots`); None: the preset's gpu.count / tensor_parallel_size.
     slots: int | None = None
+    # The command's time budget (`--budget`, tuner.study.search.budget): the search runs its
+    # plan's trials (`n_trials` is the first plan's, revised on measured runs) and the
+    # confirmation what the time left buys. Shared by every stage of the command.
+    budget: Budget | None = None
 
 
 class StudyInterrupted(KeyboardInterrupt):
@@ -528,6 +533,7 @@ def loop_settings(
         also_try_baseline=options.also_try_baseline and budgeted,
         baseline_every=options.baseline_every,
         prune_rule=PruneRule(screening=ScreenRule() if screening else None),
+        budget=options.budget,
     )
 
 
@@ -669,6 +675,11 @@ def apply_overrides(spec: ServerSpec, overrides: dict[str, Any]) -> ServerSpec:
 
 
 def _note(outcome: LoopOutcome, done: int) -> str | None:
+    if outcome.budget_stopped:
+        return (
+            f"search: stopped at {done} trials, the budget's time left being what the "
+            "confirmation needs"
+        )
     if outcome.exhausted_size is not None:
         return (
             f"all {outcome.exhausted_size} distinct configurations of this space are measured; "

@@ -75,6 +75,7 @@ from tuner.study.trial.backend import Finished, TrialBackend
 from tuner.study.trial.evaluate import TrialRequest
 
 if TYPE_CHECKING:
+    from tuner.study.search.budget import Budget
     from tuner.study.search.progress import ProgressLines
 
 __all__ = ["LoopOutcome", "LoopSettings", "RequestFactory", "StudyLoop"]
@@ -96,6 +97,10 @@ class LoopSettings:
         poll_s: How long one `backend.wait()` may block.
         baseline_every: Start the baseline again after every this many sampled trials (a
             `Role.BASELINE_RERUN`, uncounted; `rerun_due`); 0: never. Budgeted runs only.
+        budget: The command's time budget (`tuner.study.search.budget`, `--budget`): it
+            measures every run; in a search it sets the target (its plan's trials, revised
+            after each run) and starts no trial that cannot finish before the time the
+            confirmation needs.
     """
 
     n_trials: int | None
@@ -106,6 +111,7 @@ class LoopSettings:
     poll_s: float = 0.5
     also_try_baseline: bool = False  # queue the baseline's config again as a candidate (A/A)
     baseline_every: int = 0
+    budget: Budget | None = None
 
 
 @dataclass(frozen=True)
@@ -116,6 +122,7 @@ class LoopOutcome:
     resumed_target: bool
     exhausted_size: int | None  # the space's size when every config was measured
     recovered: tuple[int, ...]
+    budget_stopped: bool = False  # the budget's guard ended the search before its target
 
 
 @dataclass
@@ -158,6 +165,10 @@ class StudyLoop:
         self._storage = cast(BaseHeartbeat, storage)
         self._driver = this_driver()
         self._said_ready: set[int] = set()
+        self._began: dict[int, float] = {}  # when each running trial was handed to a worker
+        self._base_done = 0  # counted trials before this run (a budget's target adds to it)
+        self._budget_stopped = False
+        self._said_plan: tuple[int, int, int] | None = None  # the budget's plan, as last said
         w = preset.workload
         self._mode = "traces" if w.traces else w.mode
 
@@ -171,7 +182,14 @@ class StudyLoop:
             ensure_baseline(self.study, self.preset.baseline_params())
             if self.settings.also_try_baseline:
                 enqueue_baseline_copy(self.study, self.preset.baseline_params())
-            self.target, resumed = budget_target(self.study, self.settings.n_trials)
+            if self.settings.budget is not None:
+                # The budget counts this command: its plan's trials, whatever an earlier run
+                # left unfinished.
+                self._base_done = self._done()
+                self.settings.budget.trials_before = self._base_done
+                self._set_budget_target(self.settings.n_trials)
+            else:
+                self.target, resumed = budget_target(self.study, self.settings.n_trials)
             # Stored so the export can say how the search measured its drift.
             self.study.set_user_attr(StudyAttr.BASELINE_EVERY, self.settings.baseline_every)
         if self.settings.timeout_s is not None:
@@ -203,7 +221,26 @@ class StudyLoop:
                 self._complete(finished)
             self._relay()
         size = len(self.configs) if self.exhausted and self.configs is not None else None
-        return LoopOutcome(self.target, resumed, size, recovered)
+        if self._budget_stopped and self.target is not None:
+            # Nothing is left unfinished for a later run to continue: the budget ended it.
+            self.study.set_user_attr(StudyAttr.TARGET, self._done())
+        return LoopOutcome(self.target, resumed, size, recovered, self._budget_stopped)
+
+    def _set_budget_target(self, trials: int) -> None:
+        """The search's target: this run's planned trials on top of those before it."""
+        self.target = self._base_done + max(trials, 0)
+        self.study.set_user_attr(StudyAttr.TARGET, self.target)
+        self.display.total = self.target
+
+    def _budget_allows(self) -> bool:
+        """The budget's guard for one more search run (always True without a budget)."""
+        budget = self.settings.budget
+        if budget is None or self.target is None:
+            return True
+        plan = budget.plan()
+        allowed = budget.may_start_search(plan.confirm_runs if plan is not None else 0)
+        self._budget_stopped = not allowed
+        return allowed
 
     def abandon(self) -> None:
         """Ctrl-C or SIGTERM: stop running trials, mark them interrupted, re-queue them."""
@@ -242,7 +279,9 @@ class StudyLoop:
         # cached view that still shows another driver's finished trial running would say "no
         # room", and with nothing of this driver's own in flight the loop would end short of
         # the target and go on to the queued stages while the other driver takes the last trial.
-        return not self.exhausted and self._room(self._trials(fresh=True))
+        if self.exhausted or not self._room(self._trials(fresh=True)):
+            return False
+        return self._budget_allows()
 
     def _claim(self) -> contextlib.AbstractContextManager[None]:
         """The study's dispatch lock when other drivers may share it (`study_lock`).
@@ -355,6 +394,9 @@ class StudyLoop:
 
     def _start(self, slot: int, trial: optuna.Trial, params: dict[str, Any], role: str) -> None:
         self.backend.submit(slot, self.make_request(trial, params))
+        self._began[trial.number] = self.backend.now()
+        if self.settings.budget is not None:
+            self.settings.budget.run_started()
         self.inflight[trial.number] = _Running(slot, trial, role)
         label = describe_config_short(params)
         self.display.slots[slot : slot + 1] = [
@@ -465,12 +507,43 @@ class StudyLoop:
             record_result(self.study, run.trial, self.store, finished.result)
         self.reported.pop(finished.trial_number, None)
         self._trials_cache = None
+        began = self._began.pop(finished.trial_number, None)
+        if self.settings.budget is not None and began is not None:
+            self._budget_measure(run, finished, self.backend.now() - began)
         if run.slot < len(self.display.slots):
             self.display.slots[run.slot] = SlotView()
         self.display.best = _best_line(self._trials(), tph_label(self._mode))
         self.display.update(finished=self._done())
         if self.display.lines is not None:
             self._say_finished(run, counted=finished.result is not None)
+
+    def _budget_measure(self, run: _Running, finished: Finished, seconds: float) -> None:
+        """The budget learns the run's cost; in a search its plan is revised on it."""
+        budget = self.settings.budget
+        assert budget is not None
+        trial = next((t for t in self._trials() if t.number == run.trial.number), None)
+        full = (
+            finished.result is not None
+            and trial is not None
+            and trial.state == TrialState.COMPLETE
+            and is_feasible(trial)
+        )
+        budget.run_finished(seconds, full=full, search=self.target is not None)
+        if self.target is None or self.configs is None:
+            return
+        budget.space_size = len(self.configs)
+        plan = budget.plan()
+        if plan is None:
+            return
+        self._set_budget_target(plan.trials)
+        lines = self.display.lines
+        if lines is None:
+            return
+        lines.later_runs, lines.confirm_cap = plan.confirm_runs, plan.rounds or None
+        said = (plan.trials, plan.k, plan.rounds)
+        if said != self._said_plan and budget.measured:  # the first measured run, or a change
+            self._said_plan = said
+            lines.say(budget.revised_line(plan))
 
     def _say_finished(self, run: _Running, *, counted: bool) -> None:
         """The progress lines of a finished trial: its outcome, its round, the ETA."""

@@ -53,6 +53,7 @@ __all__ = [
     "heartbeat_line",
     "interrupted_line",
     "minutes",
+    "planned_run_s",
     "ready_line",
     "run_estimate_s",
     "started_line",
@@ -129,6 +130,36 @@ def calibrated_run_s(preset: Any, calibration: Any) -> float:
     plain = sum(max(preset.throughput_requests, n) for n in streams)
     after = plain * preset.throughput_output_tokens / max(calibration.decode_tps, 1e-9)
     return calibration.startup_s + workload + after
+
+
+def planned_run_s(
+    preset: Any, *, calibration: Any = None, window_s: float | None = None
+) -> tuple[float, str] | None:
+    """One run's seconds before this command measured one, and where the figure comes from.
+
+    The study's calibration (this box, its first server); else, on a study whose first server
+    will size the workload to `window_s`, the preset's start and plain benchmark with the
+    workload at most that window; else the preset's figures. None on a GPU preset without a
+    recorded run of its model: a tiny model's start on an H200 is several times shorter than
+    a real checkpoint's, so it is no plan's basis (`--budget`'s first run measures it).
+    """
+    if calibration is not None:
+        return calibrated_run_s(preset, calibration), (
+            f"calibrated on this study's trial {calibration.trial_number}"
+        )
+    cost = preset_cost(preset)
+    if not preset.gpu.cpu and getattr(preset, "recorded_run", None) is None:
+        return None
+    w = preset.workload
+    if window_s is not None:
+        tasks = w.tasks + w.warmup_tasks
+        workload = min(tasks * cost.agent_s_per_task / w.agents, window_s * tasks / w.tasks)
+        return (
+            cost.startup_s + workload + cost.after_s,
+            f"the preset's estimate, as measured on {cost.source}, the workload at most the "
+            f"{window_s:.0f} s window",
+        )
+    return run_estimate_s(preset), f"the preset's estimate, as measured on {cost.source}"
 
 
 def minutes(seconds: float) -> str:

@@ -355,21 +355,30 @@ def round_order(configs: Sequence[T], round_: int) -> list[T]:
     return list(configs) if round_ % 2 == 0 else list(reversed(configs))
 
 
+def missing_runs(
+    study: optuna.Study, configs: list[FrozenTrial], rounds: int, *, first: int = 0
+) -> list[tuple[FrozenTrial, int]]:
+    """The (config, round) runs of rounds `first`..`rounds - 1` not done, running or queued,
+    in the order `queue_rounds` queues them."""
+    done = _already(study.get_trials(deepcopy=False))
+    return [
+        (t, round_)
+        for round_ in range(first, rounds)
+        for t in round_order(configs, round_)
+        if (t.number, round_) not in done
+    ]
+
+
 def queue_rounds(
     study: optuna.Study, configs: list[FrozenTrial], rounds: int, *, first: int = 0
 ) -> int:
     """Queue the missing runs of rounds `first`..`rounds - 1`, round by round in
     `round_order` (A B C, C B A, ...); returns how many were queued."""
-    done = _already(study.get_trials(deepcopy=False))
-    queued = 0
-    for round_ in range(first, rounds):
-        for t in round_order(configs, round_):
-            if (t.number, round_) in done:
-                continue
-            attrs = {TrialAttr.CONFIRM_OF: t.number, TrialAttr.CONFIRM_ROUND: round_}
-            _enqueue(study, dict(t.params), attrs)
-            queued += 1
-    return queued
+    missing = missing_runs(study, configs, rounds, first=first)
+    for t, round_ in missing:
+        attrs = {TrialAttr.CONFIRM_OF: t.number, TrialAttr.CONFIRM_ROUND: round_}
+        _enqueue(study, dict(t.params), attrs)
+    return len(missing)
 
 
 def queue_rounds_locked(
@@ -477,6 +486,10 @@ def confirm_study(
         say: Gets a progress line after each look: how many rounds ran, and whether and why
             the stage stops.
 
+    With a budget (`options.budget`, `tuner optimize --budget`), `plan` is a cap: the stage
+    runs the finalists and rounds the time left buys (`Budget.confirm_plan`), queues no run
+    that cannot finish inside the budget, and stops with the reason "the budget".
+
     Raises:
         StudyError: no such study, or no feasible baseline to confirm against.
     """
@@ -525,10 +538,16 @@ def confirm_study(
     queued = 0
     configs: list[FrozenTrial] = []
     stopped: tuple[int, str] | None = None
+    budget = getattr(options, "budget", None)
     if not plan.enabled and not floor_start_needed(preset):
         say(
             "no confirmation and no correctness floor: dummy weights repeat one token, so a "
             "second baseline start has no output to compare"
+        )
+    elif base is not None and _has_candidate(trials, base) and not _floor_fits(budget, study, base):
+        say(
+            f"confirmation: none; the budget's {_left(budget)} left cannot fit the floor start "
+            "(the baseline's second start): the export is unconfirmed"
         )
     elif base is not None and _has_candidate(trials, base):
         # The floor start first: the probe's verdicts decide which candidates get the slots.
@@ -540,6 +559,12 @@ def confirm_study(
         # line that names them.
         ranked = rank_finalists(trials, skip=skip, noise_sd=start_sd)
         fresh = _baseline(trials)
+        if budget is not None and plan.enabled:
+            plan = _budget_plan(budget, plan, say)
+            lines = getattr(options, "progress", None)
+            if lines is not None:  # the ETA's cap: the rounds the budget's time left buys
+                lines.confirm_cap = plan.rounds or None
+                lines.later_runs = (plan.k + 1) * plan.rounds - 1 if plan.enabled else 0
         # The plan is read and stored under the lock: two drivers that arrive together with
         # different caps run the stage with the first one's.
         with study_lock(url, options.study_name, "confirm"):
@@ -563,12 +588,25 @@ def confirm_study(
                 live = [c for c in configs if c.number not in dropped]
                 # Until every run of the rounds is finished, by whichever driver: a later pass
                 # re-runs a baseline round that failed in an earlier one (here or elsewhere).
+                short = None
                 while True:
-                    more = queue(live, rounds)
+                    upto = rounds if budget is None else _next_round(study, live, rounds)
+                    short = _over_budget(budget, study, live, upto)
+                    if short is not None:
+                        break
+                    more = queue(live, upto)
                     queued += more
                     if not more and not _open_runs(study.get_trials(deepcopy=False)):
-                        break
+                        if upto >= rounds:
+                            break
+                        continue
                     study = settle()
+                if short is not None:
+                    done = upto - 1
+                    rounds_run = f"{done} round{'s' if done != 1 else ''}"
+                    say(f"confirmation: stopped after {rounds_run}: {short}")
+                    stopped = (done, short)
+                    break
                 look = _look(options, study.study_name, rounds, plan)
                 stop = f"stopped after {rounds} round{'s' if rounds != 1 else ''}"
                 say(f"confirmation: {stop if look.stop else 'look'}: {look.reason}")
@@ -581,6 +619,62 @@ def confirm_study(
     if stopped is not None:
         study.set_user_attr(StudyAttr.CONFIRM_STOP, {"rounds": stopped[0], "reason": stopped[1]})
     return ConfirmSummary(tuple(t.number for t in configs), queued, verdicts, stopped)
+
+
+def _left(budget: Any) -> str:
+    from tuner.study.search.progress import minutes
+
+    return minutes(max(budget.left_s(), 0.0))
+
+
+def _floor_fits(budget: Any, study: optuna.Study, base: FrozenTrial) -> bool:
+    """Whether the floor start (when not run yet) fits the budget (no budget: it does)."""
+    if budget is None:
+        return True
+    missing = missing_runs(study, [base], 1)
+    return not missing or budget.fits(len(missing))
+
+
+def _budget_plan(budget: Any, plan: ConfirmPlan, say: Callable[[str], None]) -> ConfirmPlan:
+    """The finalists and rounds the budget's time left buys, `plan` being the cap."""
+    k, rounds = budget.confirm_plan()
+    run = budget.run_s()
+    at = f" at about {run:.0f} s a run" if run is not None else ""
+    if not k or not rounds:
+        say(f"confirmation: no round fits the budget's {_left(budget)} left{at}")
+        return ConfirmPlan(0, 0)
+    planned = ConfirmPlan(min(k, plan.k), min(rounds, plan.rounds))
+    say(
+        f"confirmation: the budget's {_left(budget)} left{at} buys the top {planned.k} and the "
+        f"baseline for up to {planned.rounds} round{'s' if planned.rounds != 1 else ''}"
+    )
+    return planned
+
+
+def _next_round(study: optuna.Study, configs: list[FrozenTrial], rounds: int) -> int:
+    """The rounds to have queued now under a budget: up to the first with a missing run (one
+    round at a time, each checked against the time left), else all `rounds`."""
+    missing = missing_runs(study, configs, rounds)
+    return min((r for _, r in missing), default=rounds - 1) + 1
+
+
+def _over_budget(
+    budget: Any, study: optuna.Study, configs: list[FrozenTrial], rounds: int
+) -> str | None:
+    """Why the missing runs of the first `rounds` rounds cannot be queued (None: they fit, or
+    there is no budget): the stop reason stored for the export."""
+    if budget is None:
+        return None
+    need = len(missing_runs(study, configs, rounds))
+    if not need or budget.fits(need):
+        return None
+    from tuner.study.search.progress import minutes
+
+    run = budget.run_s() or 0.0
+    return (
+        f"the budget: round {rounds} needs {need} run{'s' if need != 1 else ''} (about "
+        f"{minutes(need * run)} at {run:.0f} s a run) and {_left(budget)} is left"
+    )
 
 
 def stage_plan(study: optuna.Study, plan: ConfirmPlan) -> tuple[ConfirmPlan, str | None]:
