@@ -264,6 +264,8 @@ def table_lines(rows: list[dict[str, Any]], names: tuple[str, ...] = README_SEAR
 
 def render_readme(doc: dict[str, Any]) -> str:
     """The README's section (between BEGIN and END) from what a run wrote (its JSON)."""
+    if doc.get("kind") == "total-budget":
+        return render_total(doc)
     grid = doc["grid"]
     files = [doc["out"], Path(doc["out"]).with_suffix(".json").as_posix()]
     src = f"<!-- source: {', '.join(files)} -->"
@@ -377,3 +379,48 @@ def paired_lines(paired: dict[str, Any]) -> list[str]:
             cells.append(cell)
         out.append(f"- {name}: " + "; ".join(cells))
     return out
+
+
+def render_total(doc: dict[str, Any]) -> str:
+    """The README's section from a `--total-budget` run: every row at an equal total cost."""
+    from _se_budget import SELECT_FROM
+    from _se_budget import table_lines as total_table
+
+    grid = doc["grid"]
+    files = [doc["out"], Path(doc["out"]).with_suffix(".json").as_posix()]
+    src = f"<!-- source: {', '.join(files)} -->"
+    lo, hi = grid["drift_range"]
+    totals = ", ".join(r["total"] for r in doc["rows"][::2])
+    intro = (
+        f"Replayed over a grid recorded on the real CPU build (`{doc['command']}`, "
+        f"{grid['took_s']} s, no vLLM; replay mode: load shape): {grid['configs']} configs"
+        f" ({grid.get('space', '')}), {grid['cost_min']} min to run them all. Every study at an "
+        f"equal TOTAL cost ({totals} of the grid's): the search (the preset's screening) gets "
+        "a share of it, then the confirmation stage that ships runs on the replayed runs "
+        "(tuner.study.stages.confirm: the floor start, pooled finalists, `run_looks`: its "
+        "looks, futility stop and drops), capped at the rounds the rest pays for. Random search "
+        "gets the same screening, stage and split, paired by seed (seed s of "
+        f"{grid['seeds']} replays posterior draw s of the truth). regret: 1 - mu(export) / max "
+        "mu. Run noise: the sd of log tasks/h between starts, with the drift of one of the "
+        f"truth's sittings ({lo:.0%}-{hi:.0%} an hour, either sign) on the study's clock."
+    )
+    out = [BEGIN, src, *_wrap(intro)]
+    if truth := truth_text(grid.get("truth")):
+        t_src = f"<!-- source: {', '.join([*files, grid['truth']['file']])} -->"
+        out += ["", t_src, *_wrap(truth)]
+    out += ["", src, *total_table(doc["rows"])]
+    lo_s, hi_s = doc["select_seeds"]
+    chosen = "; ".join(
+        f"{label}: {c['split']:.0%} to the search, confirm {c['k']}"
+        for label, c in doc["chosen"].items()
+    )
+    shares = ", ".join(f"{x:.0%}" for x in doc["splits_tried"])
+    ks = ", ".join(str(k) for k in doc["ks_tried"])
+    words = (
+        f"Split per total, chosen on tuner's mean regret at the first noise over seeds {lo_s}-"
+        f"{hi_s} (draws the table does not use) among search shares {shares} and K {ks}: "
+        f"{chosen} ({doc['split_file']}). {doc['verdict']}"
+    )
+    assert lo_s == SELECT_FROM
+    out += ["", src, *_wrap(words), END]
+    return "\n".join(out)
