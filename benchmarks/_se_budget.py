@@ -340,11 +340,14 @@ def verdict(rows_: list[dict[str, Any]], goal_total: str = "25%", regret: float 
         for n in noises[1:]
     )
     return (
-        f"Goal at {goal_total} of the grid's total cost (issue 44): median regret <= "
-        f"{regret:.0%} and mean regret below random search's with the same stage, paired by seed "
-        f"(bootstrap 95%), at run noise {noises[0]}: median {c['regret_median']:.1%}, minus "
+        f"Goal at {goal_total} total cost, run noise {noises[0]} (issue 44): median regret <= "
+        f"{regret:.0%}, mean below random's (same stage) by a paired bootstrap 95% interval: "
+        f"median {c['regret_median']:.1%}, minus "
         f"random {d['diff'] * 100:+.1f} points ({d['interval'][0] * 100:+.1f} to "
-        f"{d['interval'][1] * 100:+.1f}): " + ("met" if met else "not met") + f". {others}."
+        f"{d['interval'][1] * 100:+.1f}): "
+        + ("met" if met else "not met")
+        + f". {others[0].upper()}"
+        f"{others[1:]}."
     )
 
 

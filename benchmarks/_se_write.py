@@ -383,7 +383,7 @@ def paired_lines(paired: dict[str, Any]) -> list[str]:
 
 def render_total(doc: dict[str, Any]) -> str:
     """The README's section from a `--total-budget` run: every row at an equal total cost."""
-    from _se_budget import SELECT_FROM
+    from _se_budget import SELECT_FROM, verdict
     from _se_budget import table_lines as total_table
 
     grid = doc["grid"]
@@ -393,16 +393,15 @@ def render_total(doc: dict[str, Any]) -> str:
     totals = ", ".join(r["total"] for r in doc["rows"][::2])
     intro = (
         f"Replayed over a grid recorded on the real CPU build (`{doc['command']}`, "
-        f"{grid['took_s']} s, no vLLM; replay mode: load shape): {grid['configs']} configs"
-        f" ({grid.get('space', '')}), {grid['cost_min']} min to run them all. Every study at an "
-        f"equal TOTAL cost ({totals} of the grid's): the search (the preset's screening) gets "
-        "a share of it, then the confirmation stage that ships runs on the replayed runs "
-        "(tuner.study.stages.confirm: the floor start, pooled finalists, `run_looks`: its "
-        "looks, futility stop and drops), capped at the rounds the rest pays for. Random search "
-        "gets the same screening, stage and split, paired by seed (seed s of "
+        f"{grid['took_s']} s, no vLLM; load shape): {grid['configs']} configs of the CPU "
+        f"preset's space, {grid['cost_min']} min to run them all. Every row at an "
+        f"equal TOTAL cost ({totals} of the grid's): the search (screening on) gets a share, then "
+        "the shipped confirmation stage (floor start, pooled finalists, looks, futility stop, "
+        "drops: `confirm.run_looks`) with the rounds the rest pays for; random search gets the "
+        "same stage and split, paired by seed (seed s of "
         f"{grid['seeds']} replays posterior draw s of the truth). regret: 1 - mu(export) / max "
-        "mu. Run noise: the sd of log tasks/h between starts, with the drift of one of the "
-        f"truth's sittings ({lo:.0%}-{hi:.0%} an hour, either sign) on the study's clock."
+        "mu; run noise: the sd of log tasks/h between starts, plus a sitting's drift "
+        f"({lo:.0%}-{hi:.0%} an hour)."
     )
     out = [BEGIN, src, *_wrap(intro)]
     if truth := truth_text(grid.get("truth")):
@@ -411,15 +410,15 @@ def render_total(doc: dict[str, Any]) -> str:
     out += ["", src, *total_table(doc["rows"])]
     lo_s, hi_s = doc["select_seeds"]
     chosen = "; ".join(
-        f"{label}: {c['split']:.0%} to the search, confirm {c['k']}"
+        f"{label}: {c['split']:.0%} of it to search, confirm {c['k']}"
         for label, c in doc["chosen"].items()
     )
     shares = ", ".join(f"{x:.0%}" for x in doc["splits_tried"])
-    ks = ", ".join(str(k) for k in doc["ks_tried"])
+    ks = " or ".join(str(k) for k in doc["ks_tried"])
     words = (
-        f"Split per total, chosen on tuner's mean regret at the first noise over seeds {lo_s}-"
-        f"{hi_s} (draws the table does not use) among search shares {shares} and K {ks}: "
-        f"{chosen} ({doc['split_file']}). {doc['verdict']}"
+        f"Split chosen per total on tuner's mean regret at the first noise, seeds {lo_s}-{hi_s} "
+        f"(not the table's draws), of search shares {shares} x confirm {ks}: {chosen} "
+        f"({doc['split_file']}). {verdict(doc['rows'])}"
     )
     assert lo_s == SELECT_FROM
     out += ["", src, *_wrap(words), END]

@@ -163,7 +163,10 @@ def main() -> int:
         if args.readme is None:
             print("--render rewrites a README: name it with --readme README.md", file=sys.stderr)
             return 2
-        return write_readme(args.readme, json.loads(args.out.with_suffix(".json").read_text()))
+        doc = json.loads(args.out.with_suffix(".json").read_text())
+        if doc.get("kind") == "total-budget":
+            with_section(args.out, doc)
+        return write_readme(args.readme, doc)
     if args.readme is not None and args.only:
         print("--readme quotes every search's row: leave out --only", file=sys.stderr)
         return 2
@@ -330,10 +333,19 @@ def total_budget(
     lines += budget.tried_lines(chosen)
     lines += ["", f"({took:.0f} s)"]
     doc = _write(args.out, lines, rows, grid, extra)
-    text = render_readme(doc)
-    args.out.write_text(args.out.read_text() + "\nThe README's section:\n\n" + text + "\n")
+    with_section(args.out, doc)
     print("\n".join(lines))
     return write_readme(args.readme, doc) if args.readme is not None else 0
+
+
+SECTION = "\nThe README's section:\n\n"
+
+
+def with_section(out: Path, doc: dict[str, Any]) -> None:
+    """The table's Markdown ends with the README's section as rendered now (`--render` renews
+    it with the wording, never the numbers)."""
+    text = out.read_text().split(SECTION)[0]
+    out.write_text(text + SECTION + render_readme(doc) + "\n")
 
 
 def measured_noise(truth: Path) -> tuple[float, list[float]]:
