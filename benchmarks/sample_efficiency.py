@@ -29,6 +29,8 @@ answer cost in all.
     python benchmarks/sample_efficiency.py [--seeds 100] [--data FILE] [--truth FILE] [--jobs N]
         [--world posterior|recorded] [--variants] [--slots 1,2,4] [--screening] [--out FILE.md]
         [--readme README.md] [--render]
+    python benchmarks/sample_efficiency.py --total-budget [10,25,50] [--splits 0.2,...,0.6]
+        [--ks 1,2] [--run-noise 0.05,0.10,0.12] [--select-seeds 50] [--readme README.md]
 
 Every seed's outcome is written to benchmarks/data/sample-efficiency-seeds-<grid>.json; the
 table (`_se_write.py`), printed and written with the command that made it to `--out` (default
@@ -37,6 +39,14 @@ alone (`_se_metric.rows_from_seeds`); the README quotes the JSON (`--readme`, or
 the JSON the last run wrote), and tests/unit/test_sample_efficiency_seeds.py checks that the
 README's table is the per-seed file's. One slot by default (the README's rows); `--slots 1,2,4`
 also replays parallel trials, each slot count as long again.
+
+`--total-budget [10,25,50]` (what the README quotes) prices every study at an equal TOTAL cost:
+search, floor start and the shipped confirmation stage (`confirm.run_looks`: its looks,
+futility stop and drops) together, tuner against random search with the same stage and split,
+paired by seed, at each `--run-noise` (default 5%, 10%, 12%); the split between search and
+confirmation (`--splits`, `--ks`) is chosen per total over `--select-seeds` seeds of their own
+and written to sample-efficiency-split-<grid>.json for planning `tuner optimize --budget`
+(`_se_budget.py`).
 
 `--variants` also replays other sampler and pruner settings and confirmation settings;
 `--only NAME` (repeatable) keeps the named searches alone. Replay mode numbers: load shape, not
