@@ -340,8 +340,8 @@ def verdict(rows_: list[dict[str, Any]], goal_total: str = "25%", regret: float 
         for n in noises[1:]
     )
     return (
-        f"Goal at {goal_total} total cost, run noise {noises[0]} (issue 44): median regret <= "
-        f"{regret:.0%}, mean below random's (same stage) by a paired bootstrap 95% interval: "
+        f"Goal (issue 44) at {goal_total} total cost, noise {noises[0]}: median regret <= "
+        f"{regret:.0%}, mean below random's by a paired bootstrap 95% interval: "
         f"median {c['regret_median']:.1%}, minus "
         f"random {d['diff'] * 100:+.1f} points ({d['interval'][0] * 100:+.1f} to "
         f"{d['interval'][1] * 100:+.1f}): "

@@ -390,17 +390,16 @@ def render_total(doc: dict[str, Any]) -> str:
     files = [doc["out"], Path(doc["out"]).with_suffix(".json").as_posix()]
     src = f"<!-- source: {', '.join(files)} -->"
     lo, hi = grid["drift_range"]
-    totals = ", ".join(r["total"] for r in doc["rows"][::2])
     intro = (
-        f"Replayed over a grid recorded on the real CPU build (`{doc['command']}`, "
-        f"{grid['took_s']} s, no vLLM; load shape): {grid['configs']} configs of the CPU "
-        f"preset's space, {grid['cost_min']} min to run them all. Every row at an "
-        f"equal TOTAL cost ({totals} of the grid's): the search (screening on) gets a share, then "
-        "the shipped confirmation stage (floor start, pooled finalists, looks, futility stop, "
-        "drops: `confirm.run_looks`) with the rounds the rest pays for; random search gets the "
-        "same stage and split, paired by seed (seed s of "
-        f"{grid['seeds']} replays posterior draw s of the truth). regret: 1 - mu(export) / max "
-        "mu; run noise: the sd of log tasks/h between starts, plus a sitting's drift "
+        f"Replayed over the grid recorded on the CPU build (`{doc['command']}`, "
+        f"{grid['took_s']} s, no vLLM; load shape): {grid['configs']} configs, "
+        f"{grid['cost_min']} min in all. Every row at an "
+        f"equal TOTAL cost: the search (screening on) gets a share, then "
+        "the shipped confirmation stage (floor start, pooled finalists, `confirm.run_looks`: "
+        "looks, futility, drops) with the rounds the rest pays for; random search gets the "
+        f"same stage and split, paired by seed (seed s of {grid['seeds']} in posterior draw s "
+        "of the truth). regret: 1 - mu(export) / max mu; run noise: the sd of log tasks/h "
+        "between starts, plus a sitting's drift "
         f"({lo:.0%}-{hi:.0%} an hour)."
     )
     out = [BEGIN, src, *_wrap(intro)]
@@ -410,14 +409,15 @@ def render_total(doc: dict[str, Any]) -> str:
     out += ["", src, *total_table(doc["rows"])]
     lo_s, hi_s = doc["select_seeds"]
     chosen = "; ".join(
-        f"{label}: {c['split']:.0%} of it to search, confirm {c['k']}"
+        f"{label}: {c['split']:.0%} to search, confirm {c['k']}"
         for label, c in doc["chosen"].items()
     )
-    shares = ", ".join(f"{x:.0%}" for x in doc["splits_tried"])
+    tried = doc["splits_tried"]
+    shares = f"{min(tried):.0%}-{max(tried):.0%}" if len(tried) > 1 else f"{tried[0]:.0%}"
     ks = " or ".join(str(k) for k in doc["ks_tried"])
     words = (
-        f"Split chosen per total on tuner's mean regret at the first noise, seeds {lo_s}-{hi_s} "
-        f"(not the table's draws), of search shares {shares} x confirm {ks}: {chosen} "
+        f"Split per total (tuner's lowest mean regret at the first noise on seeds {lo_s}-{hi_s}, "
+        f"not the table's draws; search shares {shares} x confirm {ks}): {chosen} "
         f"({doc['split_file']}). {verdict(doc['rows'])}"
     )
     assert lo_s == SELECT_FROM
