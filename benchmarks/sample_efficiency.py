@@ -29,7 +29,7 @@ answer cost in all.
     python benchmarks/sample_efficiency.py [--seeds 100] [--data FILE] [--truth FILE] [--jobs N]
         [--world posterior|recorded] [--variants] [--slots 1,2,4] [--screening] [--out FILE.md]
         [--readme README.md] [--render]
-    python benchmarks/sample_efficiency.py --total-budget [10,25,50] [--splits 0.2,...,0.6]
+    python benchmarks/sample_efficiency.py --total-budget [10,25,50] [--splits 0.2,...,0.9]
         [--ks 1,2] [--run-noise 0.05,0.10,0.12] [--select-seeds 50] [--readme README.md]
 
 Every seed's outcome is written to benchmarks/data/sample-efficiency-seeds-<grid>.json; the
@@ -148,7 +148,9 @@ def main() -> int:
         "the shipped stage), e.g. 10,25,50 (the default); tuner against random, paired",
     )
     parser.add_argument(
-        "--splits", default="0.2,0.3,0.4,0.5,0.6", help="with --total-budget: search shares tried"
+        "--splits",
+        default="0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9",
+        help="with --total-budget: search shares tried",
     )
     parser.add_argument("--ks", default="1,2", help="with --total-budget: finalists tried")
     parser.add_argument(
