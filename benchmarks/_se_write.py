@@ -264,6 +264,8 @@ def table_lines(rows: list[dict[str, Any]], names: tuple[str, ...] = README_SEAR
 
 def render_readme(doc: dict[str, Any]) -> str:
     """The README's section (between BEGIN and END) from what a run wrote (its JSON)."""
+    if doc.get("kind") == "total-budget":
+        return render_total(doc)
     grid = doc["grid"]
     files = [doc["out"], Path(doc["out"]).with_suffix(".json").as_posix()]
     src = f"<!-- source: {', '.join(files)} -->"
@@ -377,3 +379,47 @@ def paired_lines(paired: dict[str, Any]) -> list[str]:
             cells.append(cell)
         out.append(f"- {name}: " + "; ".join(cells))
     return out
+
+
+def render_total(doc: dict[str, Any]) -> str:
+    """The README's section from a `--total-budget` run: every row at an equal total cost."""
+    from _se_budget import SELECT_FROM, verdict
+    from _se_budget import table_lines as total_table
+
+    grid = doc["grid"]
+    files = [doc["out"], Path(doc["out"]).with_suffix(".json").as_posix()]
+    src = f"<!-- source: {', '.join(files)} -->"
+    lo, hi = grid["drift_range"]
+    intro = (
+        f"Replayed over the grid recorded on the CPU build (`{doc['command']}`, "
+        f"{grid['took_s']} s, no vLLM; load shape): {grid['configs']} configs, "
+        f"{grid['cost_min']} min in all. Every row at an "
+        f"equal TOTAL cost: the search (screening on) gets a share, then "
+        "the shipped confirmation stage (floor start, pooled finalists, `confirm.run_looks`: "
+        "looks, futility, drops) with the rounds the rest pays for; random search gets the "
+        f"same stage and split, paired by seed (seed s of {grid['seeds']} in posterior draw s "
+        "of the truth). regret: 1 - mu(export) / max mu; run noise: the sd of log tasks/h "
+        "between starts, plus a sitting's drift "
+        f"({lo:.0%}-{hi:.0%} an hour)."
+    )
+    out = [BEGIN, src, *_wrap(intro)]
+    if truth := truth_text(grid.get("truth")):
+        t_src = f"<!-- source: {', '.join([*files, grid['truth']['file']])} -->"
+        out += ["", t_src, *_wrap(truth)]
+    out += ["", src, *total_table(doc["rows"])]
+    lo_s, hi_s = doc["select_seeds"]
+    chosen = "; ".join(
+        f"{label}: {c['split']:.0%} to search, confirm {c['k']}"
+        for label, c in doc["chosen"].items()
+    )
+    tried = doc["splits_tried"]
+    shares = f"{min(tried):.0%}-{max(tried):.0%}" if len(tried) > 1 else f"{tried[0]:.0%}"
+    ks = " or ".join(str(k) for k in doc["ks_tried"])
+    words = (
+        f"Split per total (tuner's lowest mean regret at the first noise on seeds {lo_s}-{hi_s}, "
+        f"not the table's draws; search shares {shares} x confirm {ks}): {chosen} "
+        f"({doc['split_file']}). {verdict(doc['rows'])}"
+    )
+    assert lo_s == SELECT_FROM
+    out += ["", src, *_wrap(words), END]
+    return "\n".join(out)

@@ -29,6 +29,8 @@ answer cost in all.
     python benchmarks/sample_efficiency.py [--seeds 100] [--data FILE] [--truth FILE] [--jobs N]
         [--world posterior|recorded] [--variants] [--slots 1,2,4] [--screening] [--out FILE.md]
         [--readme README.md] [--render]
+    python benchmarks/sample_efficiency.py --total-budget [10,25,50] [--splits 0.2,...,0.9]
+        [--ks 1,2] [--run-noise 0.05,0.10,0.12] [--select-seeds 50] [--readme README.md]
 
 Every seed's outcome is written to benchmarks/data/sample-efficiency-seeds-<grid>.json; the
 table (`_se_write.py`), printed and written with the command that made it to `--out` (default
@@ -37,6 +39,14 @@ alone (`_se_metric.rows_from_seeds`); the README quotes the JSON (`--readme`, or
 the JSON the last run wrote), and tests/unit/test_sample_efficiency_seeds.py checks that the
 README's table is the per-seed file's. One slot by default (the README's rows); `--slots 1,2,4`
 also replays parallel trials, each slot count as long again.
+
+`--total-budget [10,25,50]` (what the README quotes) prices every study at an equal TOTAL cost:
+search, floor start and the shipped confirmation stage (`confirm.run_looks`: its looks,
+futility stop and drops) together, tuner against random search with the same stage and split,
+paired by seed, at each `--run-noise` (default 5%, 10%, 12%); the split between search and
+confirmation (`--splits`, `--ks`) is chosen per total over `--select-seeds` seeds of their own
+and written to sample-efficiency-split-<grid>.json for planning `tuner optimize --budget`
+(`_se_budget.py`).
 
 `--variants` also replays other sampler and pruner settings and confirmation settings;
 `--only NAME` (repeatable) keeps the named searches alone. Replay mode numbers: load shape, not
@@ -130,21 +140,49 @@ def main() -> int:
         help="rewrite this README's sample-efficiency section from the result (needs --screening)",
     )
     parser.add_argument(
+        "--total-budget",
+        nargs="?",
+        const="10,25,50",
+        metavar="PERCENTS",
+        help="every study at an equal TOTAL cost (search + floor start + confirmation through "
+        "the shipped stage), e.g. 10,25,50 (the default); tuner against random, paired",
+    )
+    parser.add_argument(
+        "--splits",
+        default="0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9",
+        help="with --total-budget: search shares tried",
+    )
+    parser.add_argument("--ks", default="1,2", help="with --total-budget: finalists tried")
+    parser.add_argument(
+        "--run-noise",
+        default="0.05,0.10,0.12",
+        help="with --total-budget: between-start run sds replayed (the first chooses the split)",
+    )
+    parser.add_argument(
+        "--select-seeds",
+        type=int,
+        default=50,
+        help="with --total-budget: seeds (of their own) the split is chosen on",
+    )
+    parser.add_argument(
         "--render",
         action="store_true",
         help="no replay: rewrite --readme from the JSON beside --out (what the last run wrote)",
     )
     args = parser.parse_args()
-    args.out = args.out or out_path(args.data)
+    args.out = args.out or out_path(args.data, total=args.total_budget is not None)
     if args.render:
         if args.readme is None:
             print("--render rewrites a README: name it with --readme README.md", file=sys.stderr)
             return 2
-        return write_readme(args.readme, json.loads(args.out.with_suffix(".json").read_text()))
+        doc = json.loads(args.out.with_suffix(".json").read_text())
+        if doc.get("kind") == "total-budget":
+            with_section(args.out, doc)
+        return write_readme(args.readme, doc)
     if args.readme is not None and args.only:
         print("--readme quotes every search's row: leave out --only", file=sys.stderr)
         return 2
-    if args.readme is not None and not args.screening:
+    if args.readme is not None and not args.screening and args.total_budget is None:
         print("--readme quotes the screening rows: add --screening", file=sys.stderr)
         return 2
     if args.screening:
@@ -185,6 +223,8 @@ def main() -> int:
     if set(table.configs) - set(keys):
         print(f"{truth} is not the truth of {args.data}: refit with grid_truth.py", file=sys.stderr)
         return 2
+    if args.total_budget is not None:
+        return total_budget(args, table, truth, keys, mu, t0)
     worlds = None
     if args.world == "posterior":
         worlds = [
@@ -248,6 +288,78 @@ def main() -> int:
     return write_readme(args.readme, doc) if args.readme is not None else 0
 
 
+def total_budget(
+    args: argparse.Namespace, table: GridTable, truth: Path, keys: list[str], mu: Any, t0: float
+) -> int:
+    """`--total-budget`: tuner and random at equal total cost through the shipped stage
+    (`_se_budget`); writes the seeds, the table, the chosen splits and, with --readme, the
+    README's section."""
+    import _se_budget as budget
+
+    def floats(text: str) -> tuple[float, ...]:
+        return tuple(float(x) for x in text.split(","))
+
+    totals = tuple(x / 100 for x in floats(args.total_budget))
+    noises = floats(args.run_noise)
+    _, drifts = measured_noise(truth)
+    base = config_key(table.preset.baseline_params())
+    selection, reported, chosen = budget.run_all(
+        args.data, keys, mu, base, drifts,
+        totals=totals, splits=floats(args.splits), ks=tuple(int(x) for x in args.ks.split(",")),
+        noises=noises, seeds=args.seeds, select_seeds=args.select_seeds, n_jobs=args.jobs,
+    )  # fmt: skip
+    took = time.monotonic() - t0
+    seeds_file = seeds_path(args.out)
+    seeds_file.parent.mkdir(parents=True, exist_ok=True)
+    seeds_file.write_text(
+        json.dumps(
+            {"about": budget.__doc__.splitlines()[0], "truth": rel(truth), "keys": keys,
+             "selection": selection, "reported": reported},
+            separators=(",", ":"),
+        ) + "\n"
+    )  # fmt: skip
+    rows = budget.rows(reported, chosen)
+    grid = grid_facts(table, args.data, args.seeds, took)
+    grid["truth"] = truth_facts(truth)
+    grid["drift_range"] = [round(min(drifts), 4), round(max(drifts), 4)]
+    split_file = split_path(args.out)
+    splits = budget.split_doc(chosen, rel(args.out.with_suffix(".json")), noises[0])
+    split_file.write_text(json.dumps(splits, indent=1) + "\n")
+    extra = {
+        "kind": "total-budget",
+        "seeds_file": rel(seeds_file),
+        "split_file": rel(split_file),
+        "chosen": chosen,
+        "select_seeds": [budget.SELECT_FROM, budget.SELECT_FROM + args.select_seeds - 1],
+        "splits_tried": floats(args.splits),
+        "ks_tried": [int(x) for x in args.ks.split(",")],
+        "verdict": budget.verdict(rows),
+    }
+    header = (
+        f"grid: {grid['configs']} configs, cost {grid['cost_min']} min; truth {rel(truth)}; "
+        f"{args.seeds} seeds at equal total cost; split chosen over seeds "
+        f"{budget.SELECT_FROM}-{budget.SELECT_FROM + args.select_seeds - 1}"
+    )
+    lines = [header, "", *budget.table_lines(rows), "", extra["verdict"], ""]
+    lines += ["Splits tried (tuner, first noise, the selection's seeds):", ""]
+    lines += budget.tried_lines(chosen)
+    lines += ["", f"({took:.0f} s)"]
+    doc = _write(args.out, lines, rows, grid, extra)
+    with_section(args.out, doc)
+    print("\n".join(lines))
+    return write_readme(args.readme, doc) if args.readme is not None else 0
+
+
+SECTION = "\nThe README's section:\n\n"
+
+
+def with_section(out: Path, doc: dict[str, Any]) -> None:
+    """The table's Markdown ends with the README's section as rendered now (`--render` renews
+    it with the wording, never the numbers)."""
+    text = out.read_text().split(SECTION)[0]
+    out.write_text(text + SECTION + render_readme(doc) + "\n")
+
+
 def measured_noise(truth: Path) -> tuple[float, list[float]]:
     """The truth's fitted between-start sd (drift modelled apart) and each sitting's linear
     drift an hour: what a replayed run scatters by, and how its study's box drifts."""
@@ -268,10 +380,19 @@ def noise_words(noise: tuple[float, list[float]] | None) -> str:
     )
 
 
-def out_path(data: Path) -> Path:
-    """Where the table for the grid `data` goes: benchmarks/data/sample-efficiency-<grid>.md."""
-    name = data.stem.removeprefix("grid-")
+def out_path(data: Path, *, total: bool = False) -> Path:
+    """Where the table for the grid `data` goes: benchmarks/data/sample-efficiency-<grid>.md
+    (`total`: sample-efficiency-total-<grid>.md)."""
+    name = ("total-" if total else "") + data.stem.removeprefix("grid-")
     return Path(__file__).resolve().parent / "data" / f"sample-efficiency-{name}.md"
+
+
+def split_path(out: Path) -> Path:
+    """Where `--total-budget` writes its chosen splits: sample-efficiency-split-<grid>.json
+    beside sample-efficiency-total-<grid>.md (`--out` named otherwise: <name>-split.json)."""
+    if "-total-" in out.stem:
+        return out.with_name(out.stem.replace("-total-", "-split-") + ".json")
+    return out.with_name(f"{out.stem}-split.json")
 
 
 def seeds_path(out: Path) -> Path:

@@ -91,6 +91,7 @@ __all__ = [
     "rank_finalists",
     "record_verdicts",
     "round_order",
+    "run_looks",
     "stage_plan",
 ]
 
@@ -584,37 +585,41 @@ def confirm_study(
             rounds = max(plan.first_look, min(_rounds_begun(study, configs), plan.rounds))
             # Configs an earlier look dropped (futile): the same looks again, on the same runs.
             dropped = _dropped_before(options, study.study_name, rounds, plan)
-            while True:
-                live = [c for c in configs if c.number not in dropped]
+
+            counted = 0  # runs queued, also when a budget stop ends the rounds
+
+            def run_rounds(live: list[FrozenTrial], rounds: int) -> int:
                 # Until every run of the rounds is finished, by whichever driver: a later pass
                 # re-runs a baseline round that failed in an earlier one (here or elsewhere).
-                short = None
+                nonlocal study, counted
+                n = 0
                 while True:
                     upto = rounds if budget is None else _next_round(study, live, rounds)
                     short = _over_budget(budget, study, live, upto)
                     if short is not None:
-                        break
+                        raise _BudgetStop(upto - 1, short)
                     more = queue(live, upto)
-                    queued += more
+                    n += more
+                    counted += more
                     if not more and not _open_runs(study.get_trials(deepcopy=False)):
                         if upto >= rounds:
-                            break
+                            return n
                         continue
                     study = settle()
-                if short is not None:
-                    done = upto - 1
-                    rounds_run = f"{done} round{'s' if done != 1 else ''}"
-                    say(f"confirmation: stopped after {rounds_run}: {short}")
-                    stopped = (done, short)
-                    break
-                look = _look(options, study.study_name, rounds, plan)
-                stop = f"stopped after {rounds} round{'s' if rounds != 1 else ''}"
-                say(f"confirmation: {stop if look.stop else 'look'}: {look.reason}")
-                if look.stop:
-                    stopped = (rounds, look.reason)
-                    break
-                dropped |= set(look.futile)
-                rounds += 1
+
+            def look(rounds: int) -> Look:
+                return _look(options, study.study_name, rounds, plan)
+
+            try:
+                _, stopped = run_looks(configs, rounds, dropped, run_rounds, look, say)
+            except _BudgetStop as short:
+                done = short.rounds
+                say(
+                    f"confirmation: stopped after {done} round{'s' if done != 1 else ''}: "
+                    f"{short.reason}"
+                )
+                stopped = (done, short.reason)
+            queued += counted
     verdicts = record_verdicts(study, options.storage_url)
     if stopped is not None:
         study.set_user_attr(StudyAttr.CONFIRM_STOP, {"rounds": stopped[0], "reason": stopped[1]})
@@ -675,6 +680,46 @@ def _over_budget(
         f"the budget: round {rounds} needs {need} run{'s' if need != 1 else ''} (about "
         f"{minutes(need * run)} at {run:.0f} s a run) and {_left(budget)} is left"
     )
+
+
+class _BudgetStop(Exception):
+    """A round the budget cannot pay for: the stage stops after `rounds` rounds."""
+
+    def __init__(self, rounds: int, reason: str) -> None:
+        super().__init__(reason)
+        self.rounds = rounds
+        self.reason = reason
+
+
+def run_looks(
+    configs: Sequence[FrozenTrial],
+    rounds: int,
+    dropped: set[int],
+    run_rounds: Callable[[list[FrozenTrial], int], int],
+    look: Callable[[int], Look],
+    say: Callable[[str], None] = lambda line: None,
+) -> tuple[int, tuple[int, str]]:
+    """The stage's sequential rounds (step 4 of `confirm_study`): run the first `rounds`
+    rounds of every config not `dropped` (`run_rounds(live, rounds)` queues the runs they lack
+    and returns once all are finished, with how many it queued), look at the verdict on them
+    (`look(rounds)`: `tuner.results.export.confirmation_look`), stop, or drop the futile
+    configs and run one more round. `dropped` grows with the drops.
+
+    Returns:
+        (runs queued, (rounds run, why the stage stopped)). `confirm_study` runs it on the
+        study's storage; benchmarks/sample_efficiency.py on its replayed runs.
+    """
+    queued = 0
+    while True:
+        live = [c for c in configs if c.number not in dropped]
+        queued += run_rounds(live, rounds)
+        seen = look(rounds)
+        stop = f"stopped after {rounds} round{'s' if rounds != 1 else ''}"
+        say(f"confirmation: {stop if seen.stop else 'look'}: {seen.reason}")
+        if seen.stop:
+            return queued, (rounds, seen.reason)
+        dropped |= set(seen.futile)
+        rounds += 1
 
 
 def stage_plan(study: optuna.Study, plan: ConfirmPlan) -> tuple[ConfirmPlan, str | None]:

@@ -1,0 +1,452 @@
+"""`sample_efficiency.py --total-budget`: every study at an equal TOTAL cost (search, floor start
+and confirmation together), through the confirmation stage that ships.
+
+A study of total budget B (a share of the grid's cost) and split s spends s x B on the search
+(`_se_replay._search`: tuner's own loop, the preset's screening), then runs the stage as
+`tuner.study.stages.confirm.confirm_study` does, on the replayed runs:
+
+1. the floor start (the baseline's round 0: `queue_rounds([baseline], 1)`), when the study has a
+   candidate and the floor fits in what is left;
+2. the finalists by the pooled evidence of every run (`rank_finalists`, the product's noise
+   floor), the top K;
+3. a plan that fits: the cap R is the most rounds of the baseline and the K finalists that the
+   rest of B pays for, each run costed at that config's own measured search run (what a planner
+   that calibrates a run's cost knows), at most the product's CONFIRM_ROUNDS; none fits: no
+   confirmation;
+4. the stage's sequential rounds themselves (`confirm.run_looks`: the same looks, O'Brien-Fleming
+   levels for cap R, futility stop and drops, through `tuner.results.export.confirmation_look`
+   on the first rounds' runs), each round queued by `confirm.queue_rounds` and run by the loop;
+5. what `tuner export` picks (`choose_export`) from every finished run.
+
+Random search gets the same screening, the same stage and the same split, seed by seed (same
+truth draw, same drift). Each (total, split, K) is replayed at every run noise (`--run-noise`:
+between-start sd of log tasks/h; the fitted sittings' drifts stay). The split of each total is
+chosen on tuner's mean regret at the first noise over seeds of their own (`--select-seeds`,
+disjoint from the reported ones), so the reported rows are not the best of several draws.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import optuna
+from _grid_replay import GridTable
+from _se_metric import BOOT, judge
+from _se_replay import _exported, _memoized_paired_ratio, _request_factory, _search, world_table
+from _se_searches import DEFAULT, RANDOM_DEFAULT, Search
+
+from tuner.defaults import CONFIRM_ROUNDS
+from tuner.metrics import DEFAULT_NOISE
+from tuner.results.export import confirmation_look
+from tuner.results.study_reader import StudyResults
+from tuner.study.search.loop import LoopSettings, StudyLoop
+from tuner.study.stages.confirm import (
+    ConfirmPlan,
+    _baseline,
+    _first_rounds,
+    queue_rounds,
+    rank_finalists,
+    run_looks,
+)
+
+TOTALS = (0.10, 0.25, 0.50)
+SPLITS = (0.3, 0.4, 0.5, 0.6, 0.7)  # share of the total the search gets
+KS = (1, 2)  # finalists confirmed
+NOISES = (0.05, 0.10, 0.12)
+SEARCHES = (DEFAULT, RANDOM_DEFAULT)
+
+
+@dataclass(frozen=True)
+class Budgeted:
+    """One study at a total budget: what it exported and what it spent."""
+
+    export: str | None
+    spent: float  # share of the grid's cost, search + floor + confirmation
+    search: float  # share of the grid's cost the search used
+    rounds: int  # confirmation rounds run (0: none)
+    cap: int  # the plan's cap R (0: no confirmation fitted)
+    stop: str  # why the stage stopped: win, futile, cap, none
+    baseline: bool  # the export is the baseline
+
+
+def _cost(backend: Any, number: int) -> float:
+    start, end = backend.spans[number]
+    return end - start
+
+
+def run_budgeted(
+    table: GridTable, search: Search, seed: int, total: float, split: float, k: int
+) -> Budgeted:
+    """One seeded study at total budget `total` (share of the grid's cost), the search getting
+    `split` of it, then the stage with up to `k` finalists and the rounds that fit."""
+    grid_cost = table.grid_cost_s()
+    budget_s = total * grid_cost
+    study, backend = _search(table, search, 1, seed, split * total)
+    preset = table.preset
+    settings = LoopSettings(n_trials=None, seed=seed, prune_rule=search.prune)
+
+    def run_queue() -> None:
+        StudyLoop(study, preset, backend, _request_factory(preset), settings).run()
+
+    def spent() -> float:
+        return sum(e - s for s, e in backend.spans.values())
+
+    searched = spent()
+    trials = study.get_trials(deepcopy=False)
+    start_sd = DEFAULT_NOISE.log_sd / math.sqrt(2)  # the CPU preset has no `between_run`
+    ranked = rank_finalists(trials, noise_sd=start_sd)
+    base = _baseline(trials)
+    rounds, cap, stop = 0, 0, "none"
+    if base is not None and ranked and budget_s - searched >= _cost(backend, base.number):
+        # The floor start (the baseline's round 0), then the finalists on every run.
+        queue_rounds(study, [base], 1)
+        run_queue()
+        trials = study.get_trials(deepcopy=False)
+        finalists = [t for t, _ in rank_finalists(trials, noise_sd=start_sd)[:k]]
+        left = budget_s - spent()
+        per_round = _cost(backend, base.number) + sum(_cost(backend, t.number) for t in finalists)
+        first = sum(_cost(backend, t.number) for t in finalists)  # round 0's baseline ran
+        cap = 0 if left < first else min(CONFIRM_ROUNDS, 1 + int((left - first) // per_round))
+        if cap > 0:
+            plan = ConfirmPlan(k, cap)
+
+            def run_rounds(live: list[Any], upto: int) -> int:
+                n = queue_rounds(study, live, upto)
+                if n:
+                    run_queue()
+                return n
+
+            def look(upto: int) -> Any:
+                results = _results(table, study, backend)
+                return confirmation_look(
+                    _first_rounds(results, upto), upto, plan.first_look, plan.rounds
+                )
+
+            _, (rounds, reason) = run_looks(
+                [base, *finalists], plan.first_look, set(), run_rounds, look
+            )
+            stop = "win" if "beats" in reason else "futile" if "no config can" in reason else "cap"
+    done = {t.number: t for t in study.get_trials(deepcopy=False)}
+    _, is_base, key = _exported(table, done, backend.results, sorted(backend.spans))
+    return Budgeted(key, spent() / grid_cost, searched / grid_cost, rounds, cap, stop, is_base)
+
+
+def _results(table: GridTable, study: optuna.Study, backend: Any) -> StudyResults:
+    from _se_replay import _row
+
+    trials = {t.number: t for t in study.get_trials(deepcopy=False)}
+    rows = tuple(
+        _row(trials[n], backend.results.get(n)) for n in sorted(backend.spans) if n in trials
+    )
+    return StudyResults(
+        study_name="replay", storage="memory", model=None, gpu=None, trials=rows,
+        mode=table.preset.workload.mode,
+    )  # fmt: skip
+
+
+# ---- many studies ---------------------------------------------------------------------------
+
+_WORLDS: dict[float, list[GridTable]] = {}
+
+
+def init(
+    path: str, worlds: list[dict[str, float]], noises: tuple[float, ...], drifts: list[float]
+) -> None:
+    """A worker's state: per run noise, the grid moved to each posterior draw."""
+    import _se_replay
+
+    warnings.simplefilter("ignore")
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    table = GridTable.load(Path(path))
+    _se_replay._DRIFTS[:] = drifts
+    for sd in noises:
+        noisy = table.with_run_sd(sd)
+        _WORLDS[sd] = [world_table(noisy, mus) for mus in worlds]
+    _memoized_paired_ratio()
+
+
+Job = tuple[int, float, float, int, float, int]  # search, total, split, k, noise, seed
+
+
+def one(job: Job) -> tuple[Job, Budgeted]:
+    i, total, split, k, sd, seed = job
+    worlds = _WORLDS[sd]
+    return job, run_budgeted(worlds[seed % len(worlds)], SEARCHES[i], seed, total, split, k)
+
+
+# ---- the metric -----------------------------------------------------------------------------
+
+
+def record(job: Job, run: Budgeted, base: str, keys: list[str], mu: np.ndarray) -> dict[str, Any]:
+    """One seed's outcome, judged in its own posterior draw (the world it searched)."""
+    i, total, split, k, sd, seed = job
+    draw = seed % len(mu)
+    regret, hit = judge(run.export, base, keys, mu[draw : draw + 1])
+    return {
+        "search": SEARCHES[i].name,
+        "total": total,
+        "split": split,
+        "k": k,
+        "noise": sd,
+        "seed": seed,
+        "export": keys.index(run.export) if run.export is not None else None,
+        "regret": round(regret, 5),
+        "hit": hit,
+        "spent": round(run.spent, 4),
+        "search_spent": round(run.search, 4),
+        "rounds": run.rounds,
+        "cap": run.cap,
+        "stop": run.stop,
+        "baseline": run.baseline,
+    }
+
+
+def cell(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Mean and median regret, hit, cost and stage facts of one search's seeds."""
+    n = len(records)
+    reg = [r["regret"] for r in records]
+    return {
+        "seeds": n,
+        "regret_mean": round(sum(reg) / n, 4),
+        "regret_median": round(float(statistics.median(reg)), 4),
+        "hit": round(sum(r["hit"] for r in records) / n, 4),
+        "spent_median": round(float(statistics.median(r["spent"] for r in records)), 4),
+        "spent_max": round(max(r["spent"] for r in records), 4),
+        "baseline": round(sum(r["baseline"] for r in records) / n, 4),
+        "rounds_median": float(statistics.median(r["rounds"] for r in records)),
+        "cap_median": float(statistics.median(r["cap"] for r in records)),
+        "stops": {s: sum(r["stop"] == s for r in records) for s in ("win", "futile", "cap")},
+    }
+
+
+def paired_diff(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> dict[str, Any]:
+    """Mean regret a - b over the seeds both ran, with a percentile bootstrap 95% interval."""
+    by_b = {r["seed"]: r["regret"] for r in b}
+    d = np.array([r["regret"] - by_b[r["seed"]] for r in a if r["seed"] in by_b])
+    idx = np.random.default_rng(0).integers(0, len(d), size=(BOOT, len(d)))
+    lo, hi = np.quantile(d[idx].mean(axis=1), [0.025, 0.975])
+    return {
+        "diff": round(float(d.mean()), 4),
+        "interval": [round(float(lo), 4), round(float(hi), 4)],
+        "seeds": len(d),
+    }
+
+
+def group(records: list[dict[str, Any]]) -> dict[tuple[Any, ...], list[dict[str, Any]]]:
+    out: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for r in records:
+        out.setdefault((r["search"], r["total"], r["split"], r["k"], r["noise"]), []).append(r)
+    return out
+
+
+def choose_splits(records: list[dict[str, Any]], noise: float) -> dict[str, dict[str, Any]]:
+    """Per total: the (split, K) with tuner's lowest mean regret at `noise` (ties: the lower
+    median, then more search), with every candidate's cell."""
+    cells = group(records)
+    out: dict[str, dict[str, Any]] = {}
+    for total in sorted({r["total"] for r in records}):
+        tried = []
+        for (name, t, split, k, sd), rs in sorted(cells.items()):
+            if name == DEFAULT.name and t == total and sd == noise:
+                c = cell(rs)
+                tried.append({"split": split, "k": k, **c})
+        best = min(tried, key=lambda c: (c["regret_mean"], c["regret_median"], -c["split"]))
+        out[f"{total:.0%}"] = {"split": best["split"], "k": best["k"], "tried": tried}
+    return out
+
+
+def rows(records: list[dict[str, Any]], chosen: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The table: per total at its chosen split, tuner and random (same stage), every noise,
+    with tuner minus random paired by seed."""
+    cells = group(records)
+    out = []
+    for label, pick in chosen.items():
+        total = float(label.rstrip("%")) / 100
+        for s in SEARCHES:
+            row: dict[str, Any] = {
+                "search": s.name, "total": label, "split": pick["split"], "k": pick["k"],
+                "noise": {},
+            }  # fmt: skip
+            for sd in sorted({r["noise"] for r in records}):
+                rs = cells.get((s.name, total, pick["split"], pick["k"], sd))
+                if not rs:
+                    continue
+                c = cell(rs)
+                if s is DEFAULT:
+                    other = cells[(RANDOM_DEFAULT.name, total, pick["split"], pick["k"], sd)]
+                    c["minus_random"] = paired_diff(rs, other)
+                row["noise"][f"{sd:.0%}"] = c
+            out.append(row)
+    return out
+
+
+# ---- words ----------------------------------------------------------------------------------
+
+
+def short_name(name: str) -> str:
+    return "tuner" if name == DEFAULT.name else "random"
+
+
+def table_lines(rows_: list[dict[str, Any]]) -> list[str]:
+    """The README's table: each total at its chosen split, tuner and random with the same
+    stage, regret mean (median) at each run noise, the paired difference, the cost."""
+    noises = list(rows_[0]["noise"])
+    head = [f"regret, noise {n} mean (median)" for n in noises]
+    out = [
+        "| total cost | search (split) | " + " | ".join(head)
+        + " | tuner - random, noise " + noises[0] + " | cost median (max) | baseline exported |",
+        "|---|---|" + "---|" * len(head) + "---|---|---|",
+    ]  # fmt: skip
+    for r in rows_:
+        c0 = r["noise"][noises[0]]
+        cells = [
+            f"{r['noise'][n]['regret_mean']:.1%} ({r['noise'][n]['regret_median']:.1%})"
+            for n in noises
+        ]
+        d = c0.get("minus_random")
+        diff = (
+            f"{d['diff'] * 100:+.1f} points ({d['interval'][0] * 100:+.1f} to "
+            f"{d['interval'][1] * 100:+.1f})"
+            if d
+            else ""
+        )
+        split = f"{r['split'] * float(r['total'].rstrip('%')):.1f}% search, confirm {r['k']}"
+        out.append(
+            f"| {r['total']} | {short_name(r['search'])} ({split}) | " + " | ".join(cells)
+            + f" | {diff} | {c0['spent_median']:.1%} ({c0['spent_max']:.1%}) "
+            f"| {c0['baseline']:.0%} |"
+        )  # fmt: skip
+    return out
+
+
+def verdict(rows_: list[dict[str, Any]], goal_total: str = "25%", regret: float = 0.03) -> str:
+    """Issue 44's goal at `goal_total` of the total cost, at the first noise, met or not."""
+    tuner = next(r for r in rows_ if r["total"] == goal_total and r["search"] == DEFAULT.name)
+    noises = list(tuner["noise"])
+    c = tuner["noise"][noises[0]]
+    d = c["minus_random"]
+    met = c["regret_median"] <= regret and d["interval"][1] < 0
+    others = "; ".join(
+        f"at noise {n}: median {tuner['noise'][n]['regret_median']:.1%}, minus random "
+        f"{tuner['noise'][n]['minus_random']['diff'] * 100:+.1f} points "
+        f"({tuner['noise'][n]['minus_random']['interval'][0] * 100:+.1f} to "
+        f"{tuner['noise'][n]['minus_random']['interval'][1] * 100:+.1f})"
+        for n in noises[1:]
+    )
+    return (
+        f"Goal (issue 44) at {goal_total} total cost, noise {noises[0]}: median regret <= "
+        f"{regret:.0%}, mean below random's by a paired bootstrap 95% interval: "
+        f"median {c['regret_median']:.1%}, minus "
+        f"random {d['diff'] * 100:+.1f} points ({d['interval'][0] * 100:+.1f} to "
+        f"{d['interval'][1] * 100:+.1f}): "
+        + ("met" if met else "not met")
+        + f". {others[0].upper()}"
+        f"{others[1:]}."
+    )
+
+
+# ---- the run --------------------------------------------------------------------------------
+
+SELECT_FROM = 500  # the selection's seeds start here (posterior draws 500.., never 0..99)
+
+
+def _replay(
+    jobs: list[Job], path: Path, worlds: list[dict[str, float]], noises: tuple[float, ...],
+    drifts: list[float], n_jobs: int,
+) -> list[tuple[Job, Budgeted]]:  # fmt: skip
+    from concurrent.futures import ProcessPoolExecutor
+
+    init_args = (str(path), worlds, noises, drifts)
+    if n_jobs <= 1:
+        init(*init_args)
+        return [one(j) for j in jobs]
+    with ProcessPoolExecutor(n_jobs, initializer=init, initargs=init_args) as pool:
+        return list(pool.map(one, jobs, chunksize=4))
+
+
+def run_all(
+    data: Path, keys: list[str], mu: np.ndarray, base: str, drifts: list[float],
+    *, totals: tuple[float, ...], splits: tuple[float, ...], ks: tuple[int, ...],
+    noises: tuple[float, ...], seeds: int, select_seeds: int, n_jobs: int,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, dict[str, Any]]]:  # fmt: skip
+    """Choose each total's (split, K) on tuner alone over `select_seeds` seeds of their own
+    (first noise), then replay tuner and random at the chosen ones over `seeds` seeds at every
+    noise. Returns (the selection's records, the reported records, the choice)."""
+    n_worlds = max(seeds, SELECT_FROM + select_seeds)
+    worlds = [dict(zip(keys, map(float, mu[s % len(mu)]), strict=True)) for s in range(n_worlds)]
+    picks = [
+        (0, t, s, k, noises[0], seed)
+        for t in totals
+        for s in splits
+        for k in ks
+        for seed in range(SELECT_FROM, SELECT_FROM + select_seeds)
+    ]
+    if len(splits) * len(ks) > 1:
+        selection = [record(j, r, base, keys, mu) for j, r in _replay(
+            picks, data, worlds, noises[:1], drifts, n_jobs)]  # fmt: skip
+        chosen = choose_splits(selection, noises[0])
+    else:
+        selection = []
+        chosen = {f"{t:.0%}": {"split": splits[0], "k": ks[0], "tried": []} for t in totals}
+    jobs = [
+        (i, t, chosen[f"{t:.0%}"]["split"], chosen[f"{t:.0%}"]["k"], sd, seed)
+        for i in range(len(SEARCHES))
+        for t in totals
+        for sd in noises
+        for seed in range(seeds)
+    ]
+    reported = [record(j, r, base, keys, mu) for j, r in _replay(
+        jobs, data, worlds, noises, drifts, n_jobs)]  # fmt: skip
+    return selection, reported, chosen
+
+
+def split_doc(chosen: dict[str, dict[str, Any]], source: str, noise: float) -> dict[str, Any]:
+    """The chosen split per total, for planning `tuner optimize --budget`."""
+    return {
+        "about": (
+            "Written by benchmarks/sample_efficiency.py --total-budget: per total budget (share "
+            "of the grid's cost), the split between search and confirmation with tuner's lowest "
+            "mean regret in the replay through the shipped confirmation stage. search_share: "
+            "the share of the total the search gets; search and confirm: shares of the grid's "
+            "cost; confirm_k: finalists confirmed (the stage's cap: the rounds the rest pays "
+            "for, at most tuner.defaults.CONFIRM_ROUNDS)."
+        ),
+        "source": source,
+        "chosen_at_noise": noise,
+        "totals": {
+            label: {
+                "total": float(label.rstrip("%")) / 100,
+                "search_share": c["split"],
+                "search": round(c["split"] * float(label.rstrip("%")) / 100, 4),
+                "confirm": round((1 - c["split"]) * float(label.rstrip("%")) / 100, 4),
+                "confirm_k": c["k"],
+            }
+            for label, c in chosen.items()
+        },
+    }
+
+
+def tried_lines(chosen: dict[str, dict[str, Any]]) -> list[str]:
+    """Every split tried, per total: tuner's regret at the selection's noise and seeds."""
+    out = [
+        "| total | search share | K | regret mean (median) | hit | cost median (max) | "
+        "baseline exported | rounds (cap) median | stops win/futile/cap |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for label, c in chosen.items():
+        for t in c["tried"]:
+            mark = " **chosen**" if (t["split"], t["k"]) == (c["split"], c["k"]) else ""
+            s = t["stops"]
+            out.append(
+                f"| {label} | {t['split']:.0%}{mark} | {t['k']} | {t['regret_mean']:.1%} "
+                f"({t['regret_median']:.1%}) | {t['hit']:.0%} | {t['spent_median']:.1%} "
+                f"({t['spent_max']:.1%}) | {t['baseline']:.0%} | {t['rounds_median']:.0f} "
+                f"({t['cap_median']:.0f}) | {s['win']}/{s['futile']}/{s['cap']} |"
+            )
+    return out

@@ -1,0 +1,134 @@
+"""`sample_efficiency.py --total-budget` (benchmarks/_se_budget.py): studies at an equal total
+cost, through the confirmation stage that ships.
+
+The replay must drive the product's own stage (`confirm.run_looks`, `confirmation_look`,
+`queue_rounds`), not a copy; a study must stay inside its total budget; the stage's loop must
+stop, drop and count rounds as `confirm_study` does; and the README's table must be what the
+per-seed file gives.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import _se_budget as budget  # noqa: E402
+import _se_write as write  # noqa: E402
+from _grid_replay import LARGE_DATA  # noqa: E402
+from grid_truth import load_draws, truth_path  # noqa: E402
+
+from tuner.results.export_rule import Look  # noqa: E402
+from tuner.study.stages import confirm  # noqa: E402
+
+README = ROOT / "README.md"
+
+
+class _T:
+    def __init__(self, number: int) -> None:
+        self.number = number
+
+
+def test_the_replay_runs_the_product_s_stage_functions() -> None:
+    assert budget.run_looks is confirm.run_looks
+    assert budget.queue_rounds is confirm.queue_rounds
+    assert budget.rank_finalists is confirm.rank_finalists
+    from tuner.results import export
+
+    assert budget.confirmation_look is export.confirmation_look
+
+
+def test_the_stage_loop_looks_drops_the_futile_and_stops() -> None:
+    ran: list[tuple[list[int], int]] = []
+
+    def run_rounds(live: list[_T], rounds: int) -> int:
+        ran.append(([t.number for t in live], rounds))
+        return len(live)
+
+    def look(rounds: int) -> Look:
+        if rounds == 2:
+            return Look(rounds, 0.0, False, None, "undecided", futile=(2,))
+        return Look(rounds, 0.01, True, 1, "#1 beats the baseline")
+
+    dropped: set[int] = set()
+    said: list[str] = []
+    queued, stopped = confirm.run_looks(
+        [_T(0), _T(1), _T(2)], 2, dropped, run_rounds, look, said.append
+    )
+    assert ran == [([0, 1, 2], 2), ([0, 1], 3)]
+    assert stopped == (3, "#1 beats the baseline") and queued == 5 and dropped == {2}
+    assert said[-1] == "confirmation: stopped after 3 rounds: #1 beats the baseline"
+
+
+@pytest.fixture(scope="module")
+def _worlds() -> None:
+    keys, mu = load_draws(truth_path(LARGE_DATA))
+    worlds = [dict(zip(keys, map(float, mu[s]), strict=True)) for s in range(2)]
+    budget.init(str(LARGE_DATA), worlds, (0.05,), [0.1])
+
+
+@pytest.mark.parametrize("total", [0.10, 0.25])
+def test_a_study_stays_inside_its_total_budget(_worlds: None, total: float) -> None:
+    for search in (0, 1):
+        _, run = budget.one((search, total, 0.4, 2, 0.05, 1))
+        assert run.search <= 0.4 * total + 0.03  # the last search run may overrun its share
+        assert run.spent <= total * 1.05
+        assert run.rounds <= run.cap
+        if run.cap:
+            assert run.stop in ("win", "futile", "cap")
+
+
+def _section_and_doc() -> tuple[list[str], dict]:
+    text = README.read_text()
+    section = text[text.index(write.BEGIN) : text.index(write.END)].splitlines()
+    src = next(x for x in section if x.startswith("<!-- source: "))
+    md = src.removeprefix("<!-- source: ").removesuffix(" -->").split(",")[0].strip()
+    return section, json.loads((ROOT / md).with_suffix(".json").read_text())
+
+
+def test_the_readme_table_is_at_equal_total_cost_and_the_per_seed_file_s() -> None:
+    section, doc = _section_and_doc()
+    assert doc["kind"] == "total-budget"
+    seeds = json.loads((ROOT / doc["seeds_file"]).read_text())
+    rows = budget.rows(seeds["reported"], doc["chosen"])
+    table = budget.table_lines(rows)
+    start = section.index(table[0])
+    assert section[start : start + len(table)] == table
+    assert doc["rows"] == rows
+    # Every total has tuner and random at the same split, at 5%, 10% and 12% run noise.
+    for label in ("10%", "25%", "50%"):
+        pair = [r for r in rows if r["total"] == label]
+        assert [budget.short_name(r["search"]) for r in pair] == ["tuner", "random"]
+        assert len({(r["split"], r["k"]) for r in pair}) == 1
+        assert all(list(r["noise"]) == ["5%", "10%", "12%"] for r in pair)
+    tampered = copy.deepcopy(seeds)
+    tampered["reported"][0]["regret"] += 0.5
+    assert budget.table_lines(budget.rows(tampered["reported"], doc["chosen"])) != table
+
+
+def test_the_chosen_splits_are_written_for_the_planner() -> None:
+    _, doc = _section_and_doc()
+    splits = json.loads((ROOT / doc["split_file"]).read_text())
+    assert set(splits["totals"]) == {"10%", "25%", "50%"}
+    for label, c in splits["totals"].items():
+        assert c["search"] + c["confirm"] == pytest.approx(c["total"], abs=1e-3)
+        assert (c["search_share"], c["confirm_k"]) == (
+            doc["chosen"][label]["split"],
+            doc["chosen"][label]["k"],
+        )
+
+
+def test_the_split_file_never_takes_the_table_s_place() -> None:
+    import sample_efficiency as se
+
+    out = se.out_path(LARGE_DATA, total=True)
+    assert out.name == "sample-efficiency-total-smollm2-135m-cpu-large.md"
+    assert se.split_path(out).name == "sample-efficiency-split-smollm2-135m-cpu-large.json"
+    assert se.seeds_path(out).name == "sample-efficiency-seeds-total-smollm2-135m-cpu-large.json"
+    assert se.split_path(Path("/tmp/x.md")) == Path("/tmp/x-split.json")
