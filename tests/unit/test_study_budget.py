@@ -207,3 +207,16 @@ def test_the_search_stops_while_its_confirmation_still_fits(slower: float) -> No
     assert budget.fits(plan.confirm_runs)  # the rounds it planned still fit, measured
     assert outcome.target is not None
     assert outcome.budget_stopped or searched >= outcome.target
+
+
+def test_the_search_share_is_the_replays_choice() -> None:
+    # The split lives in one place in the product; the replay's file says what it should be.
+    import json
+    from pathlib import Path
+
+    from tuner.study.search.budget import BUDGET_SEARCH_SHARE
+
+    split = Path(__file__).resolve().parents[2] / "benchmarks" / "data"
+    data = json.loads((split / "sample-efficiency-split-smollm2-135m-cpu-large.json").read_text())
+    chosen = {row["total"]: row["search_share"] for row in data["totals"].values()}
+    assert dict(BUDGET_SEARCH_SHARE) == chosen
