@@ -27,6 +27,7 @@ def test_server_env_points_vllm_and_triton_at_the_root(tmp_path: Path) -> None:
     root = tmp_path / "vllm" / install_key(SERVE)
     env = server_env(root, {"PYTHONPATH": "/site"})
     assert env["VLLM_CACHE_ROOT"] == str(root)
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == str(root / "inductor")
     assert env["TUNER_TRITON_POOL"] == str(root / "triton_pool")
     assert env["PYTHONPATH"].split(":") == [str(root / "python"), "/site"]
     module, cls = env["TRITON_CACHE_MANAGER"].split(":")
@@ -35,7 +36,14 @@ def test_server_env_points_vllm_and_triton_at_the_root(tmp_path: Path) -> None:
 
 
 def test_what_the_user_set_is_left_alone(tmp_path: Path) -> None:
-    env = server_env(tmp_path, {"VLLM_CACHE_ROOT": "/mine", "TRITON_CACHE_MANAGER": "m:C"})
+    env = server_env(
+        tmp_path,
+        {
+            "VLLM_CACHE_ROOT": "/mine",
+            "TRITON_CACHE_MANAGER": "m:C",
+            "TORCHINDUCTOR_CACHE_DIR": "/i",
+        },
+    )
     assert env == {}
 
 
@@ -56,8 +64,10 @@ def test_a_packed_cache_unpacks_under_another_machines_cache(tmp_path: Path) -> 
 
 
 def test_an_archive_that_is_not_a_cache_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "stuff").mkdir()
+    (tmp_path / "stuff" / "notes.txt").write_text("not a cache")
     bad = tmp_path / "bad.tar.gz"
-    subprocess.run(["tar", "czf", str(bad), "-C", str(tmp_path.parent), tmp_path.name], check=True)
+    subprocess.run(["tar", "czf", str(bad), "-C", str(tmp_path), "stuff"], check=True)
     with pytest.raises(ConfigError, match="not a `tuner cache pack` archive"):
         unpack(bad, tmp_path / "c")
     with pytest.raises(ConfigError, match="run a study first"):

@@ -64,12 +64,19 @@ def cache_root(tuner_cache: Path, command: LaunchCommand) -> Path:
 def server_env(root: Path, environ: Mapping[str, str]) -> dict[str, str]:
     """The variables a server needs to use `root` (none that `environ` already sets).
 
-    `VLLM_CACHE_ROOT` (torch.compile artifacts, Inductor's and Triton's per-hash caches) and
-    the shared Triton pool: `root/triton_pool`, loaded through `root/python` on PYTHONPATH.
+    `VLLM_CACHE_ROOT` (torch.compile artifacts, Inductor's and Triton's per-hash caches),
+    `TORCHINDUCTOR_CACHE_DIR` (`root/inductor`: Inductor's cache where vLLM does not set its
+    own, as on the CPU build) and the shared Triton pool: `root/triton_pool`, loaded through
+    `root/python` on PYTHONPATH.
     """
     env: dict[str, str] = {}
     if "VLLM_CACHE_ROOT" not in environ:
         env["VLLM_CACHE_ROOT"] = str(root)
+    if "TORCHINDUCTOR_CACHE_DIR" not in environ:
+        # The CPU build's compile (its warm-up) goes to Inductor's default cache,
+        # /tmp/torchinductor_<user>, outside VLLM_CACHE_ROOT: here instead, kept and packed
+        # with the rest. On a GPU vLLM points Inductor at its per-hash folder itself.
+        env["TORCHINDUCTOR_CACHE_DIR"] = str(root / "inductor")
     if "TRITON_CACHE_MANAGER" not in environ:
         python = root / "python"
         python.mkdir(parents=True, exist_ok=True)
