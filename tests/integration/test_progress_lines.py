@@ -14,7 +14,6 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ import yaml
 from optuna_dashboard._note import get_note_from_system_attrs
 
 from tests.integration.conftest import fake_preset
+from tests.integration.interrupts import Lines as _Lines
 from tuner.server.reaper import port_free
 
 pytestmark = pytest.mark.ray
@@ -131,39 +131,6 @@ def _run_env(tmp_path: Path, preset: dict[str, Any]) -> tuple[list[str], dict[st
         f"sqlite:///{tmp_path / 'study.db'}", "--n-trials", "1", "--confirm", "0",
     ]  # fmt: skip
     return argv, env
-
-
-class _Lines:
-    """A subprocess's merged output read line by line, each with the time it arrived."""
-
-    def __init__(self, proc: subprocess.Popen[str]) -> None:
-        self.proc = proc
-        self.lines: list[tuple[float, str]] = []
-        self._thread = threading.Thread(target=self._read, daemon=True)
-        self._thread.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.append((time.monotonic(), line.rstrip("\n")))
-
-    def wait_for(self, pattern: str, timeout_s: float) -> float:
-        """The arrival time of the first line matching `pattern`."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            for at, line in list(self.lines):
-                if re.search(pattern, line):
-                    return at
-            if self.proc.poll() is not None and not self._thread.is_alive():
-                break
-            time.sleep(0.1)
-        raise AssertionError(f"no line matched {pattern!r}:\n{self.text()}")
-
-    def text(self) -> str:
-        return "\n".join(line for _, line in self.lines)
-
-    def join(self) -> None:
-        self._thread.join(timeout=10)
 
 
 def test_a_logged_run_never_goes_an_interval_without_a_line(tmp_path: Path) -> None:
