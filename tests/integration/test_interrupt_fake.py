@@ -126,7 +126,15 @@ def interrupt_in(
     return stopped, url
 
 
-@pytest.mark.parametrize("name", list(PHASES))
+# The start and the calibration (issue 48's Done-when) run in CI; the other phases, about 80 s
+# more, with `-m extended` (docs/ci.md: CI stays under 45 minutes).
+@pytest.mark.parametrize(
+    "name",
+    [
+        n if n in ("starting", "calibrating") else pytest.param(n, marks=pytest.mark.extended)
+        for n in PHASES
+    ],
+)
 def test_sigterm_stops_the_trial_within_10_s_in_every_phase(tmp_path: Path, name: str) -> None:
     stopped, url = interrupt_in(tmp_path, PHASES[name], signal.SIGTERM)
     print(f"SIGTERM in {name}: exit {stopped.code} after {stopped.took_s:.2f} s")
@@ -134,6 +142,7 @@ def test_sigterm_stops_the_trial_within_10_s_in_every_phase(tmp_path: Path, name
     check_requeued(url, "fake-cpu", 1)
 
 
+@pytest.mark.extended
 def test_ctrl_c_in_a_terminal_stops_the_scored_run_within_10_s(tmp_path: Path) -> None:
     # A terminal's Ctrl-C reaches the whole foreground group: Ray's workers get SIGINT too.
     stopped, url = interrupt_in(tmp_path, PHASES["scoring"], signal.SIGINT, group=True)
