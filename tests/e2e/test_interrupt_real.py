@@ -51,16 +51,8 @@ CALIBRATION_POSTS = 5  # the probe's requests: 2 prefills, 1 extension, 2 decode
 
 
 def _driver(argv: list[str], env: dict[str, str]) -> tuple[subprocess.Popen[str], Lines]:
-    proc = subprocess.Popen(
-        argv,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        bufsize=1,
-        start_new_session=True,
-    )
-    return proc, Lines(proc)
+    out = Lines.start(argv, env)
+    return out.proc, out
 
 
 def _starting(out: Lines, state_dir: Path) -> None:

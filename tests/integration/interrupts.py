@@ -53,6 +53,20 @@ class Lines:
             time.sleep(0.05)
         raise AssertionError(f"no line matched {pattern!r}:\n{self.text()}")
 
+    @classmethod
+    def start(cls, argv: list[str], env: dict[str, str]) -> Lines:
+        """Start `argv` in a session of its own, output and errors merged, and read it."""
+        proc = subprocess.Popen(
+            argv,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            bufsize=1,
+            start_new_session=True,
+        )
+        return cls(proc)
+
     def after(self, at: float) -> list[str]:
         """The lines that arrived at or after monotonic time `at`."""
         return [line for t, line in self.lines if t >= at]

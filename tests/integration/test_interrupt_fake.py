@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -106,16 +105,8 @@ def interrupt_in(
         sys.executable, "-m", "tuner.cli", "optimize", "--space", str(space), "--storage", url,
         "--n-trials", "1", "--confirm", "0", *([] if phase.calibrate else ["--no-calibrate"]),
     ]  # fmt: skip
-    proc = subprocess.Popen(
-        argv,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        bufsize=1,
-        start_new_session=True,
-    )
-    out = Lines(proc)
+    out = Lines.start(argv, env)
+    proc = out.proc
     try:
         out.wait_for(phase.line, 240)
         stopped = interrupt(proc, out, server_of(cache / "run"), signum, group=group)

@@ -189,16 +189,8 @@ def _interruptible(tmp_path: Path, token_delay_s: float) -> tuple[subprocess.Pop
         throughput_output_tokens=8,
     )
     argv, env = _run_env(tmp_path, preset)
-    proc = subprocess.Popen(
-        argv,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        bufsize=1,
-        start_new_session=True,
-    )
-    out = _Lines(proc)
+    out = _Lines.start(argv, env)
+    proc = out.proc
     out.wait_for(r"\] trial 0 server ready: ", 240)
     time.sleep(1.0)  # its agents are in their first model calls
     return proc, out
