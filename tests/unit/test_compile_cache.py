@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,7 @@ import pytest
 
 from tuner.errors import ConfigError
 from tuner.server.compile_cache import cache_root, install_key, pack, server_env, unpack
+from tuner.server.triton_pool import mirror
 from tuner.settings import LaunchCommand
 
 SERVE = LaunchCommand(("/usr/local/bin/vllm", "serve"))
@@ -92,3 +94,78 @@ def test_the_cli_shows_packs_and_clears(tmp_path: Path) -> None:
         [*run, "clear", "--cache-dir", str(cache)], capture_output=True, text=True
     )
     assert cleared.returncode == 0 and not (cache / "vllm").exists()
+
+
+def _write_kernel(folder: Path, name: str) -> dict[str, str]:
+    """What Triton's FileCacheManager leaves for one compiled kernel: its files and a group file
+    that lists them by absolute path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    children = {}
+    for ext in ("cubin", "json", "ttir"):
+        (folder / f"{name}.{ext}").write_bytes(f"{name}.{ext}".encode())
+        children[f"{name}.{ext}"] = str(folder / f"{name}.{ext}")
+    (folder / f"__grp__{name}.json").write_text(json.dumps({"child_paths": children}))
+    return children
+
+
+def _group_complete(folder: Path, name: str) -> bool:
+    # Triton's get_group: every child path the group file lists must exist.
+    paths = json.loads((folder / f"__grp__{name}.json").read_text())["child_paths"].values()
+    return all(Path(p).parent == folder and Path(p).is_file() for p in paths)
+
+
+def test_a_kernel_one_config_compiled_is_whole_in_the_next_configs_own_folder(
+    tmp_path: Path,
+) -> None:
+    # Config A's start writes a kernel into its per-hash Triton folder; the manager links each
+    # file into the pool as Triton puts it. Config B's start asks for the same key: the manager
+    # links the pool's files into B's per-hash folder, where Inductor's bundler reads them.
+    a, b, pool = tmp_path / "hashA" / "KEY", tmp_path / "hashB" / "KEY", tmp_path / "pool" / "KEY"
+    _write_kernel(a, "gdn_fwd")
+    (a / "lock").write_text("")
+    (a / "tmp.pid_1_x").mkdir()
+    names = sorted(p.name for p in a.iterdir())
+    added = sum(mirror(str(a), str(pool), [n]) for n in names)
+    assert added == 4 and sorted(p.name for p in pool.iterdir()) == sorted(
+        n for n in names if n not in ("lock", "tmp.pid_1_x")
+    )
+    assert _group_complete(pool, "gdn_fwd")
+    assert (pool / "gdn_fwd.cubin").stat().st_ino == (a / "gdn_fwd.cubin").stat().st_ino
+    assert mirror(str(pool), str(b)) == 4
+    assert _group_complete(b, "gdn_fwd") and (b / "gdn_fwd.cubin").read_bytes() == b"gdn_fwd.cubin"
+    assert mirror(str(pool), str(b)) == 0  # what the folder has is kept
+    assert mirror(str(tmp_path / "no-such-key"), str(b)) == 0
+
+
+def test_a_pool_of_hard_links_packs_once_and_unpacks_whole(tmp_path: Path) -> None:
+    here, there = tmp_path / "here", tmp_path / "there"
+    root = cache_root(here, SERVE)
+    own = root / "torch_compile_cache" / "abc123" / "rank_0_0" / "backbone" / "triton_cache" / "K"
+    _write_kernel(own, "k")
+    mirror(str(own), str(root / "triton_pool" / "K"))
+    files, size = pack(here, tmp_path / "c.tar.gz")
+    assert files == 8 and size == sum(len(f"k.{e}") for e in ("cubin", "json", "ttir")) + sum(
+        (d / "__grp__k.json").stat().st_size for d in (own, root / "triton_pool" / "K")
+    )
+    assert unpack(tmp_path / "c.tar.gz", there) == 8
+    moved = cache_root(there, SERVE)
+    assert _group_complete(moved / "triton_pool" / "K", "k")
+    assert (moved / "triton_pool" / "K" / "k.cubin").read_bytes() == b"k.cubin"
+
+
+def test_the_manager_triton_loads_mirrors_its_folder_and_the_pool(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Runs only where Triton is installed (the GPU machine; the CPU build has none): the class
+    # Triton instantiates, on Triton's own FileCacheManager.
+    pytest.importorskip("triton.runtime.cache")
+    from tuner.server.triton_pool import PooledCacheManager
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "hashA"))
+    monkeypatch.setenv("TUNER_TRITON_POOL", str(tmp_path / "pool"))
+    first = PooledCacheManager("KEY")
+    path = first.put(b"bin", "k.cubin")
+    first.put_group("k.json", {"k.cubin": path})
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "hashB"))
+    second = PooledCacheManager("KEY")
+    assert second.get_group("k.json") == {"k.cubin": str(tmp_path / "hashB" / "KEY" / "k.cubin")}

@@ -17,6 +17,7 @@ set is left alone.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -25,6 +26,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from tuner.errors import ConfigError
+from tuner.server.triton_pool import GROUP_PREFIX, reroot
 from tuner.settings import LaunchCommand
 
 __all__ = [
@@ -94,7 +96,13 @@ def server_env(root: Path, environ: Mapping[str, str]) -> dict[str, str]:
 
 
 def _size(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
+    """Bytes on disk under `path`, a hard-linked file once (the Triton pool links its files)."""
+    seen: dict[tuple[int, int], int] = {}
+    for p in path.rglob("*"):
+        if p.is_file() and not p.is_symlink():
+            st = p.stat()
+            seen[(st.st_dev, st.st_ino)] = st.st_size
+    return sum(seen.values())
 
 
 def summary(tuner_cache: Path) -> list[tuple[Path, int, int]]:
@@ -111,7 +119,9 @@ def pack(tuner_cache: Path, out: Path) -> tuple[int, int]:
     """Write every install's cache root into `out` (a .tar.gz); (files, bytes) packed.
 
     Relative paths (`vllm/<install>/...`) so `unpack` can lay them under another machine's
-    tuner cache. The pool's module copy is left out: every start writes it again.
+    tuner cache. The pool's module copy is left out: every start writes it again. A file the
+    Triton pool shares with a compile hash's folder (a hard link) is stored once and its second
+    name as a link, so bytes count it once.
     """
     base = tuner_cache / "vllm"
     if not base.is_dir():
@@ -120,13 +130,17 @@ def pack(tuner_cache: Path, out: Path) -> tuple[int, int]:
             "yet): run a study first, or set --cache-dir"
         )
     files = size = 0
+    seen: set[tuple[int, int]] = set()
     tmp = out.with_name(out.name + ".part")
     with tarfile.open(tmp, "w:gz") as tar:
         for path in sorted(base.rglob("*")):
             if path.is_file() and not path.is_symlink() and path.parent.name != "python":
                 tar.add(path, arcname=str(path.relative_to(tuner_cache)), recursive=False)
                 files += 1
-                size += path.stat().st_size
+                st = path.stat()
+                if (st.st_dev, st.st_ino) not in seen:
+                    seen.add((st.st_dev, st.st_ino))
+                    size += st.st_size
     tmp.replace(out)
     return files, size
 
@@ -136,6 +150,7 @@ def unpack(archive: Path, tuner_cache: Path) -> int:
     if not archive.is_file():
         raise ConfigError(f"{archive} is not a file: give a `tuner cache pack` archive")
     written = 0
+    groups: list[Path] = []
     try:
         with tarfile.open(archive, "r:*") as tar:
             members = tar.getmembers()
@@ -145,13 +160,32 @@ def unpack(archive: Path, tuner_cache: Path) -> int:
                     f"{archive} holds {bad[0]!r}, outside vllm/: not a `tuner cache pack` archive"
                 )
             for member in members:
-                if not member.isfile() or (tuner_cache / member.name).exists():
+                linked = member.islnk() and member.linkname.startswith("vllm/")
+                if not (member.isfile() or linked) or (tuner_cache / member.name).exists():
                     continue
                 tar.extract(member, tuner_cache, filter="data")
                 written += 1
+                if Path(member.name).name.startswith(GROUP_PREFIX):
+                    groups.append(tuner_cache / member.name)
     except tarfile.TarError as exc:
         raise ConfigError(f"{archive} is not a readable archive ({exc})") from exc
+    for group in groups:
+        _reroot_group(group)
     return written
+
+
+def _reroot_group(group: Path) -> None:
+    """Point a Triton group file's members at its own folder: it was written with the absolute
+    paths of the machine (and cache root) that packed it."""
+    try:
+        data = json.loads(group.read_text())
+    except (OSError, ValueError):
+        return
+    folder = str(group.parent)
+    data["child_paths"] = reroot(data.get("child_paths") or {}, folder, folder)
+    tmp = group.with_name(f"tmp.tuner_{os.getpid()}")
+    tmp.write_text(json.dumps(data))
+    tmp.replace(group)
 
 
 def remove(tuner_cache: Path) -> int:
