@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The qwen3.8-27b-shape rehearsal on one GPU, start to finish, as one command (issue 46):
-# optimize (no speculation, n-gram depth 1, MTP depth 1), export, report, `tuner explain` on the
-# MTP trial (the baseline with its cache cut to MTP's), then scripts/gpu_study_summary.py.
+# optimize (no speculation, n-gram depth 1, MTP depth 1), export and report (beside explain, on the
+# CPU), `tuner explain` on the MTP trial (the baseline with its cache cut to MTP's), then
+# scripts/gpu_study_summary.py.
 #
 #   scripts/gpu_study.sh OUT_DIR [MODEL_DIR]
 #
 # OUT_DIR gets the study's SQLite file, the consoles, explain's JSON, the summary and
-# timing.json (seconds from this script's start to each step's end). MODEL_DIR: a
+# timing.txt (seconds from this script's start to each step's end). MODEL_DIR: a
 # `tuner models prepare qwen3.8-27b-shape` output (config and tokenizer, no weights) to copy
 # into the cache, for a machine that cannot build it. Runs tuner from wherever this script is
 # (PYTHONPATH), so a copy of the tree that nothing replaces while it runs is the place to start it.
@@ -25,19 +26,25 @@ TIMES="$OUT/timing.txt"
 : > "$TIMES"
 mark() { echo "$1 $(( $(date +%s) - T0 ))" >> "$TIMES"; echo "[$(( $(date +%s) - T0 )) s] $1"; }
 tuner() { "$PY" -m tuner.cli "$@"; }
+# Every file of the compile cache (mtime, bytes, hard links, path): which kernels a start wrote.
+listing() { find "$TUNER_CACHE_DIR/vllm" -type f -printf '%T@ %s %n %P\n' 2>/dev/null | sort > "$OUT/$1"; }
 
 if [ -n "$MODEL_SRC" ]; then
   mkdir -p "$TUNER_CACHE_DIR/models"
   cp -r "$MODEL_SRC" "$TUNER_CACHE_DIR/models/"
 fi
 mark start
+echo "epoch $T0" >> "$TIMES"
 tuner optimize --model qwen3.8-27b-shape --gpu h200 --n-trials 3 --confirm 0 \
   --storage "$STORAGE" > "$OUT/optimize-console.txt" 2>&1
 echo "optimize exit $?" >> "$OUT/optimize-console.txt"
 mark optimize
-tuner export --storage "$STORAGE" > "$OUT/export.txt" 2>&1
-tuner report --storage "$STORAGE" --out "$OUT/report" > "$OUT/report-console.txt" 2>&1
-mark export_report
+listing cache-after-optimize.txt
+# Export and report need no GPU: they run beside explain's control instead of before it.
+( tuner export --storage "$STORAGE" > "$OUT/export.txt" 2>&1
+  tuner report --storage "$STORAGE" --out "$OUT/report" > "$OUT/report-console.txt" 2>&1
+  mark export_report ) &
+REPORTS=$!
 MTP=$("$PY" - "$STORAGE" <<'EOF'
 import sys, optuna
 optuna.logging.set_verbosity(optuna.logging.ERROR)
@@ -55,6 +62,10 @@ else
   echo "no completed MTP trial: explain not run" > "$OUT/explain-console.txt"
 fi
 mark explain
+listing cache-after-explain.txt
+# When the vLLM capabilities probe (the first start's preamble) wrote its answer.
+find "$TUNER_CACHE_DIR/vllm-capabilities" -type f -printf '%T@ %P\n' > "$OUT/probe-written.txt" 2>/dev/null
+wait "$REPORTS"
 tuner cache show > "$OUT/cache.txt" 2>&1
 EXPLAIN=()
 [ -s "$OUT/explain.json" ] && EXPLAIN=(--explain "$OUT/explain.json")
