@@ -1,4 +1,4 @@
-"""A config's first start against its repeat, on the real CPU build: what the compile cache saves.
+"""A config's first start against its repeat, on a real vLLM: what the compile cache saves.
 
 tuner gives every vLLM install one compile cache under its own cache
 (`tuner.server.compile_cache`), so a config that started before (a confirmation round, explain's
@@ -8,8 +8,11 @@ starts A B A B: A with an empty cache root (a first start), B right after with t
 each start's seconds and parts, and the ratio B/A per round; writes the records as JSON.
 
     python benchmarks/compile_cache_ab.py [--rounds 2] [--out FILE]
+    python benchmarks/compile_cache_ab.py --model qwen3.8-27b-shape --gpu h200 --rounds 1
 
-Run alone on the box (one real vLLM at a time).
+`--model`/`--gpu` pick the preset (default the CPU one); the model comes from
+`$TUNER_TEST_CACHE/models` (built there when missing; a machine that cannot build it gets a
+`tuner models prepare` output copied in). Run alone on the box (one real vLLM at a time).
 """
 
 from __future__ import annotations
@@ -36,21 +39,24 @@ def _start(launcher: Launcher, spec: Any) -> dict[str, Any]:
     handle = launcher.launch(spec, timeout_s=900)
     ready = time.monotonic() - began
     handle.stop()
-    return {"ready_s": round(ready, 2), "parts": start_parts(handle.facts)}
+    parts = start_parts(handle.facts)
+    print(f"  ready in {ready:.1f} s: {parts}", flush=True)
+    return {"ready_s": round(ready, 2), "parts": parts}
 
 
 def main() -> None:
     """Run the A B A B comparison and write it."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument(
-        "--out", type=Path, default=Path("benchmarks/data/compile-cache-ab-smollm2-135m-cpu.json")
-    )
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--gpu", default="cpu")
+    parser.add_argument("--out", type=Path, help="default: data/compile-cache-ab-MODEL-GPU.json")
     args = parser.parse_args()
+    out = args.out or Path(f"benchmarks/data/compile-cache-ab-{args.model}-{args.gpu}.json")
 
-    preset, dtype_line = resolve_dtype(load_preset(model="smollm2-135m", gpu="cpu"))
+    preset, dtype_line = resolve_dtype(load_preset(model=args.model, gpu=args.gpu))
     cache = Path(os.environ.get("TUNER_TEST_CACHE", Path.home() / ".cache" / "tuner-test"))
-    model = prepare("smollm2-135m", cache)
+    model = prepare(args.model, cache)
     spec = preset.server_spec(preset.baseline_params(), model_path=str(model))
     work = Path(tempfile.mkdtemp(prefix="compile-cache-ab-"))
     print(f"command {spec.serve_command()}\n{dtype_line or ''}")
@@ -68,16 +74,16 @@ def main() -> None:
         )
     ratios = [x["ratio"] for x in rounds]
     record = {
-        "what": "ready seconds of the smollm2-135m CPU preset's baseline: a first start (empty "
-        "compile cache) and its repeat (the cache the first filled), A B per round",
+        "what": f"ready seconds of the {args.model} {args.gpu} preset's baseline: a first start "
+        "(empty compile cache) and its repeat (the cache the first filled), A B per round",
         "command": spec.serve_command(),
         "machine": machine_record(),
         "rounds": rounds,
         "repeat_over_first": {"per_round": ratios, "mean": round(statistics.fmean(ratios), 3)},
     }
-    args.out.write_text(json.dumps(record, indent=2) + "\n")
+    out.write_text(json.dumps(record, indent=2) + "\n")
     mean = record["repeat_over_first"]["mean"]
-    print(f"repeat/first: {ratios} (mean x{mean:.3f}); wrote {args.out}")
+    print(f"repeat/first: {ratios} (mean x{mean:.3f}); wrote {out}")
 
 
 if __name__ == "__main__":
