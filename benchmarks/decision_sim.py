@@ -36,7 +36,7 @@ the confirmation stage: `tuner.study.stages.confirm.plan_confirmation` picks the
 `round_order` orders each round, and after the first look `tuner.results.export
 .confirmation_look` decides after each round whether to stop; the export is
 `tuner.results.export.choose_export`, all the product's own code. The old rule is
-`tuner.metrics.legacy.f_test_paired_ratio` on its own draws, in its own order.
+`_legacy_rules.f_test_paired_ratio` on its own draws, in its own order.
 
     python benchmarks/decision_sim.py                 # 1000 studies a cell, a few minutes
     python benchmarks/decision_sim.py --studies 200 --no-write
@@ -63,7 +63,6 @@ from optuna.trial import TrialState, create_trial
 
 from tuner.attrs import Role, TrialAttr
 from tuner.metrics import DEFAULT_NOISE, BetweenRunNoise, RunOutcomes, holm, makespan, scoring
-from tuner.metrics.legacy import f_test_noise_for_study, f_test_paired_ratio
 from tuner.results.export import choose_export, confirmation_look
 from tuner.results.export_rule import WIN_ALPHA
 from tuner.results.study_reader import StudyResults, TrialRow
@@ -71,6 +70,7 @@ from tuner.study.space import config_key
 from tuner.study.stages.confirm import ConfirmPlan, plan_confirmation, round_order
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _legacy_rules import f_test_noise_for_study, f_test_paired_ratio
 from noise_model import OUT as MODEL_FILE
 from noise_model import fit, load_model, load_sessions
 

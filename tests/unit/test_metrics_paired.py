@@ -28,7 +28,6 @@ from tuner.metrics import (
     paired_success_drop,
     two_proportion_drop,
 )
-from tuner.metrics.legacy import legacy_paired_ratio
 from tuner.metrics.scoring import (
     combine_noise,
     f_sf,
@@ -38,6 +37,7 @@ from tuner.metrics.scoring import (
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from _legacy_rules import legacy_paired_ratio
 from decision_sim import load_recorded, simulated_run
 
 
