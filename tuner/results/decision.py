@@ -39,11 +39,11 @@ from tuner.metrics import (
     PairedEstimate,
     RunOutcomes,
     judge_outputs,
+    noise_for_study,
     paired_ratio,
     paired_success_drop,
 )
 from tuner.metrics.drift import BaselineAt, baseline_at, drift_corrected_noise
-from tuner.metrics.scoring import noise_for_study
 from tuner.results.study_reader import StudyResults, TrialRow
 
 __all__ = [
