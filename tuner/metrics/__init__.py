@@ -15,7 +15,7 @@ from tuner.metrics.energy import (
     NvmlEnergyMeter,
     energy_meter_for,
 )
-from tuner.metrics.noise import DEFAULT_NOISE, BetweenRunNoise, combine_noise, noise_for_study
+from tuner.metrics.noise import DEFAULT_NOISE, BetweenRunNoise
 from tuner.metrics.paired import PairedEstimate, RunOutcomes, holm, paired_ratio
 from tuner.metrics.prometheus import (
     MetricsSnapshot,
@@ -48,14 +48,12 @@ __all__ = [
     "Score",
     "ServerCounters",
     "bootstrap_tasks_per_hour",
-    "combine_noise",
     "counter_deltas",
     "energy_meter_for",
     "holm",
     "judge_outputs",
     "makespan",
     "match_rates",
-    "noise_for_study",
     "paired_ratio",
     "paired_success_drop",
     "parse_metrics",
