@@ -36,7 +36,7 @@ the confirmation stage: `tuner.study.stages.confirm.plan_confirmation` picks the
 `round_order` orders each round, and after the first look `tuner.results.export
 .confirmation_look` decides after each round whether to stop; the export is
 `tuner.results.export.choose_export`, all the product's own code. The old rule is
-`tuner.metrics.legacy.f_test_paired_ratio` on its own draws, in its own order.
+`_legacy_rules.f_test_paired_ratio` on its own draws, in its own order.
 
     python benchmarks/decision_sim.py                 # 1000 studies a cell, a few minutes
     python benchmarks/decision_sim.py --studies 200 --no-write
@@ -62,8 +62,7 @@ from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import TrialState, create_trial
 
 from tuner.attrs import Role, TrialAttr
-from tuner.metrics import DEFAULT_NOISE, BetweenRunNoise, RunOutcomes, holm, makespan, scoring
-from tuner.metrics.legacy import f_test_noise_for_study, f_test_paired_ratio
+from tuner.metrics import DEFAULT_NOISE, BetweenRunNoise, RunOutcomes, holm, makespan, paired
 from tuner.results.export import choose_export, confirmation_look
 from tuner.results.export_rule import WIN_ALPHA
 from tuner.results.study_reader import StudyResults, TrialRow
@@ -71,6 +70,7 @@ from tuner.study.space import config_key
 from tuner.study.stages.confirm import ConfirmPlan, plan_confirmation, round_order
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _legacy_rules import f_test_noise_for_study, f_test_paired_ratio
 from noise_model import OUT as MODEL_FILE
 from noise_model import fit, load_model, load_sessions
 
@@ -461,14 +461,14 @@ def simulate_old(
 @contextmanager
 def without_set_aside() -> Iterator[None]:
     """The product's verdicts as before issue 44: no round set aside as an outlier
-    (`tuner.metrics.scoring.outlier_rounds` switched off by its threshold), for the table's
+    (`tuner.metrics.paired.outlier_rounds` switched off by its threshold), for the table's
     "before" rows."""
-    saved = scoring.OUTLIER_T
-    scoring.OUTLIER_T = math.inf  # type: ignore[misc]
+    saved = paired.OUTLIER_T
+    paired.OUTLIER_T = math.inf  # type: ignore[misc]
     try:
         yield
     finally:
-        scoring.OUTLIER_T = saved  # type: ignore[misc]
+        paired.OUTLIER_T = saved  # type: ignore[misc]
 
 
 def _wrong(o: Outcome, speeds: Sequence[float]) -> bool:
@@ -650,9 +650,9 @@ def main(argv: list[str] | None = None) -> int:
             st.name: {**st.__dict__, "label": st.label()} for st in (SLOW_WALK, INDEPENDENT)
         },
         "outlier_rule": {
-            "t": scoring.OUTLIER_T,
-            "from_rounds": scoring.OUTLIER_FROM,
-            "at_most_one_in": scoring.OUTLIER_SHARE,
+            "t": paired.OUTLIER_T,
+            "from_rounds": paired.OUTLIER_FROM,
+            "at_most_one_in": paired.OUTLIER_SHARE,
         },
         "rows": rows,
         "stressed_rows": stressed,
@@ -722,7 +722,7 @@ def _markdown(table: list[str], data: dict[str, Any], stressed: list[str]) -> st
             "mean and the spread). Now: a round more than "
             f"{data['outlier_rule']['t']:g} predictive sds from the other rounds is set aside "
             f"(from {data['outlier_rule']['from_rounds']} rounds on, at most one in "
-            f"{data['outlier_rule']['at_most_one_in']}; `tuner.metrics.scoring.outlier_rounds`).",
+            f"{data['outlier_rule']['at_most_one_in']}; `tuner.metrics.paired.outlier_rounds`).",
             "",
             *stressed,
             "",

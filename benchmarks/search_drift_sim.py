@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tuner.metrics import DEFAULT_NOISE, RunOutcomes, paired_ratio
 from tuner.metrics.drift import baseline_at, drift_corrected_noise
-from tuner.metrics.scoring import noise_for_study
+from tuner.metrics.noise import noise_for_study
 
 N_TRIALS = 20
 SD = 0.046  # pooled between-start sd of log tasks/h (noise-model.json "pooled")

@@ -28,16 +28,10 @@ from tuner.metrics import (
     paired_success_drop,
     two_proportion_drop,
 )
-from tuner.metrics.legacy import legacy_paired_ratio
-from tuner.metrics.scoring import (
-    combine_noise,
-    f_sf,
-    noise_for_study,
-    student_t_cdf,
-    student_t_quantile,
-)
+from tuner.metrics.noise import combine_noise, noise_for_study
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from _legacy_rules import legacy_paired_ratio
 from decision_sim import load_recorded, simulated_run
 
 
@@ -48,11 +42,30 @@ def _rounds(speed: float, n: int, seed: int) -> tuple[list[RunOutcomes], list[Ru
     return cand, base
 
 
-def test_student_t_matches_scipy() -> None:
-    for df in (1, 2, 3, 4, 7, 10, 11, 30):
-        assert student_t_quantile(0.975, df) == pytest.approx(stats.t.ppf(0.975, df), abs=1e-6)
-        assert student_t_cdf(1.3, df) == pytest.approx(stats.t.cdf(1.3, df), abs=1e-9)
-        assert student_t_cdf(-0.4, df) == pytest.approx(stats.t.cdf(-0.4, df), abs=1e-9)
+# Two-sided 95% quantiles of Student's t from a printed table (not from scipy), by df.
+T_975 = {1: 12.706, 2: 4.303, 10: 2.228, 30: 2.042}
+
+
+@pytest.mark.parametrize(("df", "table"), sorted(T_975.items()))
+def test_one_round_interval_is_the_tables_t_quantile_times_the_sd(df: int, table: float) -> None:
+    # One round leaves the noise as it is (no own spread to pool), so the interval's half-width
+    # in log ratio is t(0.975, df) x the noise's sd: a wrong quantile or df shows here.
+    noise = BetweenRunNoise(0.05, df, "table")
+    base = RunOutcomes((("a", True, 10.0), ("b", True, 10.0)), 100.0)
+    cand = RunOutcomes(base.outcomes, 100.0 / 1.02)
+    est = paired_ratio([cand], [base], noise=noise)
+    assert est is not None and est.df == df and est.ratio == pytest.approx(1.02)
+    assert math.log(est.high / est.ratio) / 0.05 == pytest.approx(table, abs=1e-3)
+    assert math.log(est.ratio / est.low) / 0.05 == pytest.approx(table, abs=1e-3)
+
+
+def test_the_one_sided_p_is_the_t_tail_in_closed_form() -> None:
+    # With 1 df, t is Cauchy: P(T > 1) = 1/4; with 2 df, P(T > t) = 1/2 - t / (2 sqrt(t^2 + 2)).
+    base = RunOutcomes((("a", True, 10.0),), 100.0)
+    for df, p in ((1, 0.25), (2, 0.5 - 1 / (2 * math.sqrt(3)))):
+        cand = RunOutcomes(base.outcomes, 100.0 / math.exp(0.05))  # log ratio = one sd
+        est = paired_ratio([cand], [base], noise=BetweenRunNoise(0.05, df, "closed form"))
+        assert est is not None and est.p_value == pytest.approx(p, abs=1e-9)
 
 
 def test_one_round_interval_is_the_between_run_term() -> None:
@@ -158,9 +171,6 @@ def test_a_noisier_machine_widens_the_noise_by_its_weight() -> None:
     assert calm.df == own.df == DEFAULT_NOISE.df + 1
     assert calm.log_sd < DEFAULT_NOISE.log_sd < own.log_sd < math.log(313.1 / 217.7)
     assert "with this study's 2 baseline starts (1 df)" in own.describe()
-    f = (math.log(313.1 / 217.7) / DEFAULT_NOISE.log_sd) ** 2
-    assert f_sf(f, 1, DEFAULT_NOISE.df) == pytest.approx(stats.f.sf(f, 1, DEFAULT_NOISE.df))
-    assert f_sf(0.7, 3, 11) == pytest.approx(stats.f.sf(0.7, 3, 11))
 
 
 def test_holm_steps_down() -> None:

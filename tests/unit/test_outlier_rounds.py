@@ -11,7 +11,7 @@ import math
 import pytest
 
 from tuner.metrics import DEFAULT_NOISE, PairedEstimate, RunOutcomes, paired_ratio
-from tuner.metrics.scoring import outlier_rounds
+from tuner.metrics.paired import outlier_rounds
 
 TASKS = tuple((f"t{i}", True, 10.0) for i in range(12))
 

@@ -15,6 +15,8 @@ from tuner.metrics.energy import (
     NvmlEnergyMeter,
     energy_meter_for,
 )
+from tuner.metrics.noise import DEFAULT_NOISE, BetweenRunNoise
+from tuner.metrics.paired import PairedEstimate, RunOutcomes, holm, paired_ratio
 from tuner.metrics.prometheus import (
     MetricsSnapshot,
     ServerCounters,
@@ -23,15 +25,9 @@ from tuner.metrics.prometheus import (
     scrape_metrics,
 )
 from tuner.metrics.scoring import (
-    DEFAULT_NOISE,
-    BetweenRunNoise,
-    PairedEstimate,
-    RunOutcomes,
     Score,
     bootstrap_tasks_per_hour,
-    holm,
     makespan,
-    paired_ratio,
     percentile,
     score_tasks,
     wilson_interval,

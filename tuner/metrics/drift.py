@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from tuner.metrics.scoring import BetweenRunNoise, combine_noise
+from tuner.metrics.noise import BetweenRunNoise, combine_noise
 
 __all__ = [
     "ALPHA",

@@ -43,7 +43,7 @@ from tuner.metrics import (
     paired_success_drop,
 )
 from tuner.metrics.drift import BaselineAt, baseline_at, drift_corrected_noise
-from tuner.metrics.scoring import noise_for_study
+from tuner.metrics.noise import noise_for_study
 from tuner.results.study_reader import StudyResults, TrialRow
 
 __all__ = [
@@ -204,7 +204,7 @@ def study_noise(results: StudyResults) -> BetweenRunNoise:
     floor, confirmation runs) as a conjugate prior; each verdict then adds its own rounds
     (`tuner.metrics.paired_ratio`). With re-runs, about a fitted drift line
     (`tuner.metrics.drift.drift_corrected_noise`); without, about their mean
-    (`tuner.metrics.noise_for_study`: their spread includes the drift)."""
+    (`tuner.metrics.noise.noise_for_study`: their spread includes the drift)."""
     base = results.baseline
     if base is None:
         return results.noise

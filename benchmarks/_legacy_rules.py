@@ -1,13 +1,12 @@
-"""The decision rules tuner used before issue 21 and before issue 34, kept only for
-`benchmarks/decision_sim.py`.
+"""The decision rules tuner used before issue 21 and before issue 34, for `decision_sim.py`.
 
-Nothing in tuner decides with this module. The simulation runs it side by side with today's
-rule (`tuner.metrics.scoring.paired_ratio`, `tuner.results.export.choose_export`) to show
-what the change bought: the old rule bootstrapped tasks as independent draws (rounds too, when
-there were several), scaled a resample's window by its share of the summed task-seconds, and
-let every candidate pass at its own one-sided 2.5% with no correction for how many there were.
-The code below is the old `paired_ratio` (vectorized, see its docstring) and the old pass
-test of `choose_export`.
+Nothing in tuner decides with this module (it lived in tuner/metrics/legacy.py until issue 45).
+The simulation runs it side by side with today's rule (`tuner.metrics.paired_ratio`,
+`tuner.results.export.choose_export`) to show what the change bought: the old rule
+bootstrapped tasks as independent draws (rounds too, when there were several), scaled a
+resample's window by its share of the summed task-seconds, and let every candidate pass at its
+own one-sided 2.5% with no correction for how many there were. The code below is the old
+`paired_ratio` (vectorized, see its docstring) and the old pass test of `choose_export`.
 """
 
 from __future__ import annotations
@@ -17,8 +16,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import stats
 
-from tuner.metrics.scoring import BetweenRunNoise, RunOutcomes, f_sf, percentile, student_t_cdf
+from tuner.metrics import BetweenRunNoise, RunOutcomes, percentile
 
 __all__ = [
     "LegacyEstimate",
@@ -138,7 +138,7 @@ def f_test_noise_for_study(
         return recorded
     mean = sum(logs) / m
     own = 2 * sum((x - mean) ** 2 for x in logs) / (m - 1)
-    if f_sf(own / recorded.log_sd**2, m - 1, recorded.df) >= F_TEST_ALPHA:
+    if stats.f.sf(own / recorded.log_sd**2, m - 1, recorded.df) >= F_TEST_ALPHA:
         return recorded
     return BetweenRunNoise(math.sqrt(own), m - 1, "this study's baseline starts (F-test)")
 
@@ -162,11 +162,11 @@ def f_test_paired_ratio(
     r = len(logs)
     mean = sum(logs) / r
     squares = sum((x - mean) ** 2 for x in logs)
-    if r > 1 and f_sf(squares / (r - 1) / noise.log_sd**2, r - 1, noise.df) < F_TEST_ALPHA:
+    if r > 1 and stats.f.sf(squares / (r - 1) / noise.log_sd**2, r - 1, noise.df) < F_TEST_ALPHA:
         df, sd = r - 1, math.sqrt(squares / (r - 1))
     else:
         df = noise.df + r - 1
         sd = math.sqrt((noise.df * noise.log_sd**2 + squares) / df)
     se = sd / math.sqrt(r)
-    p = 1.0 - student_t_cdf(mean / se, df) if se > 0 else (0.0 if mean > 0 else 1.0)
+    p = float(stats.t.sf(mean / se, df)) if se > 0 else (0.0 if mean > 0 else 1.0)
     return math.exp(mean), p
