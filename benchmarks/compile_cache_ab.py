@@ -9,6 +9,13 @@ each start's seconds and parts, and the ratio B/A per round; writes the records 
 
     python benchmarks/compile_cache_ab.py [--rounds 2] [--out FILE]
     python benchmarks/compile_cache_ab.py --model qwen3.8-27b-shape --gpu h200 --rounds 1
+    python benchmarks/compile_cache_ab.py --model qwen3.8-27b-shape --gpu h200 \
+        --warm-cache $TUNER_CACHE_DIR --cold-storage sqlite:///study.db --out warm.json
+
+`--warm-cache` skips the first start: the baseline starts once against the compile cache a study
+filled (its tuner cache), and the study's baseline trial (`--cold-storage`) gives the first
+start it is compared with. That is how scripts/gpu_study.sh measures a warm start on a GPU lease
+that has no time for a second cold one.
 
 `--model`/`--gpu` pick the preset (default the CPU one); the model comes from
 `$TUNER_TEST_CACHE/models` (built there when missing; a machine that cannot build it gets a
@@ -27,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._machine import machine_record
+from tuner.attrs import TrialAttr
 from tuner.models import prepare
 from tuner.server import Launcher
 from tuner.server.facts import start_parts
@@ -44,6 +52,51 @@ def _start(launcher: Launcher, spec: Any) -> dict[str, Any]:
     return {"ready_s": round(ready, 2), "parts": parts}
 
 
+def _study_first_start(url: str, params: dict[str, Any]) -> dict[str, Any]:
+    """The start of the study's trial of `params` (the baseline's): its first on that cache."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    names = optuna.get_all_study_names(url)
+    if len(names) != 1:
+        raise SystemExit(f"{url}: expected one study, found {len(names)}")
+    study = optuna.load_study(study_name=names[0], storage=url)
+    for t in sorted(study.trials, key=lambda t: t.number):
+        if t.params == params and t.user_attrs.get(TrialAttr.STARTUP_S):
+            return {
+                "trial": t.number,
+                "ready_s": round(float(t.user_attrs[TrialAttr.STARTUP_S]), 2),
+                "parts": t.user_attrs.get(TrialAttr.START_PARTS, {}),
+            }
+    raise SystemExit(f"{url}: no trial of the baseline {params} recorded a start")
+
+
+def _warm_only(args: argparse.Namespace, preset: Any, out: Path) -> None:
+    """One start against a study's compile cache, set beside the study's first start."""
+    params = preset.baseline_params()
+    model = prepare(args.model, args.warm_cache)  # the study's own copy: the same path
+    spec = preset.server_spec(params, model_path=str(model))
+    print(f"command {spec.serve_command()}", flush=True)
+    first = _study_first_start(args.cold_storage, params)
+    warm = _start(Launcher(cache_dir=args.warm_cache), spec)
+    ratio = warm["ready_s"] / first["ready_s"]
+    record = {
+        "what": f"ready seconds of the {args.model} {args.gpu} preset's baseline: the study's "
+        "first start of it (trial's stored start) and one more start against the compile cache "
+        "that study filled",
+        "command": spec.serve_command(),
+        "machine": machine_record(),
+        "first": first,
+        "warm": warm,
+        "warm_over_first": round(ratio, 3),
+    }
+    out.write_text(json.dumps(record, indent=2) + "\n")
+    print(
+        f"first (trial {first['trial']}) {first['ready_s']:.1f} s {first['parts']}\n"
+        f"warm {warm['ready_s']:.1f} s {warm['parts']}: x{ratio:.3f}; wrote {out}"
+    )
+
+
 def main() -> None:
     """Run the A B A B comparison and write it."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -51,10 +104,21 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--gpu", default="cpu")
     parser.add_argument("--out", type=Path, help="default: data/compile-cache-ab-MODEL-GPU.json")
+    parser.add_argument(
+        "--warm-cache",
+        type=Path,
+        help="a tuner cache a study filled: one start against its compile cache, no first start",
+    )
+    parser.add_argument("--cold-storage", help="with --warm-cache: the study's storage URL")
     args = parser.parse_args()
     out = args.out or Path(f"benchmarks/data/compile-cache-ab-{args.model}-{args.gpu}.json")
+    if (args.warm_cache is None) != (args.cold_storage is None):
+        parser.error("--warm-cache and --cold-storage go together")
 
     preset, dtype_line = resolve_dtype(load_preset(model=args.model, gpu=args.gpu))
+    if args.warm_cache is not None:
+        _warm_only(args, preset, out)
+        return
     cache = Path(os.environ.get("TUNER_TEST_CACHE", Path.home() / ".cache" / "tuner-test"))
     model = prepare(args.model, cache)
     spec = preset.server_spec(preset.baseline_params(), model_path=str(model))

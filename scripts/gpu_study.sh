@@ -2,7 +2,7 @@
 # The qwen3.8-27b-shape rehearsal on one GPU, start to finish, as one command (issue 46):
 # optimize (no speculation, n-gram depth 1, MTP depth 1), export and report (beside explain, on the
 # CPU), `tuner explain` on the MTP trial (the baseline with its cache cut to MTP's), then
-# scripts/gpu_study_summary.py.
+# scripts/gpu_study_summary.py; then the baseline's warm start against the study's compile cache.
 #
 #   scripts/gpu_study.sh OUT_DIR [MODEL_DIR]
 #
@@ -69,9 +69,20 @@ wait "$REPORTS"
 tuner cache show > "$OUT/cache.txt" 2>&1
 EXPLAIN=()
 [ -s "$OUT/explain.json" ] && EXPLAIN=(--explain "$OUT/explain.json")
-"$PY" "$ROOT/scripts/gpu_study_summary.py" --storage "$STORAGE" --logs "$TUNER_CACHE_DIR/logs" \
-  "${EXPLAIN[@]}" --out "$OUT/summary.json" \
-  --note "scripts/gpu_study.sh on one H200 ($(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)), $(date -u +%Y-%m-%d)" \
-  > "$OUT/summary-console.txt" 2>&1
+NOTE="scripts/gpu_study.sh on one H200 ($(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)), $(date -u +%Y-%m-%d)"
+summarise() {
+  "$PY" "$ROOT/scripts/gpu_study_summary.py" --storage "$STORAGE" --logs "$TUNER_CACHE_DIR/logs" \
+    "${EXPLAIN[@]}" "$@" --out "$OUT/summary.json" --note "$NOTE" > "$OUT/summary-console.txt" 2>&1
+}
+summarise
 mark summary
+# The study ends here. Then a warm start: the baseline once more against the compile cache the
+# study filled, beside trial 0's first start (issue 46: warm at most half of cold).
+TUNER_TEST_CACHE=$TUNER_CACHE_DIR "$PY" "$ROOT/benchmarks/compile_cache_ab.py" \
+  --model qwen3.8-27b-shape --gpu h200 --warm-cache "$TUNER_CACHE_DIR" --cold-storage "$STORAGE" \
+  --out "$OUT/warm-start.json" > "$OUT/warm-start-console.txt" 2>&1
+echo "warm start exit $?" >> "$OUT/warm-start-console.txt"
+mark warm_start
+listing cache-after-warm-start.txt
+[ -s "$OUT/warm-start.json" ] && summarise --warm-start "$OUT/warm-start.json"
 echo "done" >> "$TIMES"

@@ -315,6 +315,13 @@ def main(argv: list[str] | None = None) -> int:
         "--explain", type=Path, default=None, help="`tuner explain --json` output to include"
     )
     parser.add_argument(
+        "--warm-start",
+        type=Path,
+        default=None,
+        help="benchmarks/compile_cache_ab.py --warm-cache output: the baseline started again "
+        "against the compile cache this study filled",
+    )
+    parser.add_argument(
         "--repeatability",
         type=Path,
         action="append",
@@ -333,7 +340,11 @@ def main(argv: list[str] | None = None) -> int:
     if not args.logs.is_dir():
         print(f"--logs {args.logs} is not a directory", file=sys.stderr)
         return 2
-    files = [("--explain", args.explain), ("--previous", args.previous)]
+    files = [
+        ("--explain", args.explain),
+        ("--previous", args.previous),
+        ("--warm-start", args.warm_start),
+    ]
     for flag, path in [*files, *(("--repeatability", p) for p in args.repeatability)]:
         if path is not None and not path.is_file():
             print(f"{flag} {path} is not a file", file=sys.stderr)
@@ -348,6 +359,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     if args.explain is not None:
         summary["explain"] = json.loads(args.explain.read_text())
+    if args.warm_start is not None:
+        summary["warm_start"] = json.loads(args.warm_start.read_text())
     if args.repeatability:
         extra: dict[str, list[dict[str, Any]]] = {}
         for path in args.repeatability:
