@@ -8,17 +8,16 @@ then `tuner export` on the study it made; writes docs/first-run.md, which the RE
 
 `--existing` runs nothing: it records a real study someone ran (pass a copy of its file), its
 timeline from Optuna's own trial timestamps, and what `tuner export` prints for it.
-`--estimate` runs nothing either: it rewrites the one estimate block of `--out` (the line the
-main command prints at its start, a function of the preset and the recorded run seconds) and
+`--estimate` runs nothing either: it rewrites the one plan block of `--out` (the line the main
+command prints at its start, a function of the budget, the preset and its recorded run seconds) and
 leaves the recorded run as it was, for a change of the preset's defaults.
 
 Without arguments after `--` it runs the README's main command (`README_ARGS`: `--model
-smollm2-135m --gpu cpu --n-trials 5 --confirm 1,2`, sized to finish within 45 min on the slowest
-CPU seen). The study goes to a fresh SQLite file in a temp
-directory. `--lock FILE` takes that lock (flock) before starting, and the clock starts once it is
+smollm2-135m --gpu cpu --budget 20m`: a verdict within 20 min on any CPU). The study goes to a
+fresh SQLite file in a temp directory. `--lock FILE` takes that lock (flock) before starting, and the clock starts once it is
 held. The file holds the command, the machine (cores, load average at the start), the wall time,
 everything the command printed (its progress lines: output to a file is not a terminal), the
-export, and the estimate that the README's main command prints at its start, so the README's
+export, and the plan line that the README's main command prints at its start, so the README's
 figures about a first run all come from here (tests/unit/test_readme_figures.py checks them).
 """
 
@@ -37,27 +36,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tuner.study.search.progress import estimate_line, minutes, planned_runs  # noqa: E402
+from tuner.study.search.progress import minutes  # noqa: E402
 from tuner.study.search.roles import DEFAULT_BASELINE_EVERY  # noqa: E402
 from tuner.study.space import load_preset  # noqa: E402
-from tuner.study.stages.confirm import parse_confirm  # noqa: E402
 
-# The README's main command: five trials and a confirmation of the top candidate capped at 2
-# rounds, where the default (2,10, docs/decision-sim.md) costs up to 36 server runs, about 1 h 41
-# min on a Zen 4. It is sized for the slowest CPU seen (a Zen 3 without AVX-512, issue 33): there
-# a server run of the CPU preset took about 300 s, so 15 runs (6 trials, 1,4) took over an hour.
-README_TRIALS = 5
-README_CONFIRM = "1,2"
-README_ARGS = [
-    "--model",
-    "smollm2-135m",
-    "--gpu",
-    "cpu",
-    "--n-trials",
-    str(README_TRIALS),
-    "--confirm",
-    README_CONFIRM,
-]
+# The README's main command names its time: `--budget 20m` plans search and confirmation from a
+# run's cost (the preset's recorded runs, then this machine's measured ones) and ends with its
+# verdict inside the budget on any CPU, where a fixed count of runs (`--n-trials 5 --confirm 1,2`)
+# took 35 min on the slowest CPU seen (a Zen 3 without AVX-512, issue 33) and 25 on a Zen 4.
+README_BUDGET = "20m"
+README_ARGS = ["--model", "smollm2-135m", "--gpu", "cpu", "--budget", README_BUDGET]
 README_COMMAND = "tuner optimize " + " ".join(README_ARGS)
 
 
@@ -109,7 +97,7 @@ def main() -> int:
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.",
         f"Exit status {code}; wall time {wall:.0f} s ({minutes(wall)}).",
         "",
-        f"What the README's main command (`{README_COMMAND}`) prints as its first estimate:",
+        f"What the README's main command (`{README_COMMAND}`) prints as its first line:",
         "",
         "```",
         readme_estimate,
@@ -132,7 +120,7 @@ def main() -> int:
     return code
 
 
-ESTIMATE_INTRO = "prints as its first estimate:"
+ESTIMATE_INTRO = "prints as its first line:"
 
 
 def _estimate_only(out: Path) -> int:
@@ -149,17 +137,24 @@ def _estimate_only(out: Path) -> int:
 
 
 def _readme_estimate() -> str:
+    """The line the README's main command prints first: what its budget buys, and how split.
+
+    Computed by the command's own code (`tuner.cli.optimize`) on a storage that does not exist,
+    so nothing is read or written.
+    """
+    from tuner.cli._checks import budget_seconds
+    from tuner.cli.optimize import _budget
+    from tuner.study.stages.confirm import ConfirmPlan
+
     preset = load_preset(model="smollm2-135m", gpu="cpu")
-    plan = parse_confirm(README_CONFIRM)
-    reruns, confirm = planned_runs(
-        README_TRIALS,
-        k=plan.k,
-        rounds=plan.rounds,
-        confirm=plan.enabled,
-        baseline_every=DEFAULT_BASELINE_EVERY,
-        candidates=README_TRIALS - 1,
-    )
-    return estimate_line(preset, README_TRIALS, confirm, reruns=reruns, window_s=preset.window_s)
+    plan = ConfirmPlan.for_preset(preset)
+    with tempfile.TemporaryDirectory(prefix="tuner-estimate-") as tmp:
+        budget = _budget(
+            f"sqlite:///{Path(tmp) / 'none.db'}", None, preset, plan, README_BUDGET,
+            budget_seconds(README_BUDGET), time.monotonic(),
+            n_trials=None, baseline_every=DEFAULT_BASELINE_EVERY, slots=None, calibrate=True,
+        )  # fmt: skip
+    return budget.plan_line()
 
 
 def _cpu() -> str:
@@ -204,7 +199,7 @@ def _existing(url: str, out: Path) -> int:
         f"{span.total_seconds():.0f} s ({minutes(span.total_seconds())}); one run "
         f"{walls[0]:.0f}-{walls[-1]:.0f} s (worker wall time).",
         "",
-        f"What the README's main command (`{README_COMMAND}`) prints as its first estimate:",
+        f"What the README's main command (`{README_COMMAND}`) prints as its first line:",
         "",
         "```",
         _readme_estimate(),
