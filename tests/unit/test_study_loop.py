@@ -254,6 +254,28 @@ def test_a_replacement_never_placed_ends_the_run_after_the_bounded_wait(preset: 
     assert len(study.get_trials()) == 2
 
 
+def test_a_run_after_a_stop_in_the_confirmation_searches_nothing(preset: Preset) -> None:
+    # Issue 48: re-running `tuner optimize` after a stop in its confirmation stage searched
+    # n_trials more first (the finalists of the rounds already run could change) and ran the
+    # stage's queued runs as part of the search.
+    from tuner.attrs import Role, StudyAttr
+
+    study = _new()
+    _run(study, preset, 2)
+    enqueue_run(
+        study, preset.baseline_params(), role=Role.CONFIRM, attrs={TrialAttr.CONFIRM_ROUND: 0}
+    )
+    study.set_user_attr(StudyAttr.CONFIRM_PENDING, True)
+    outcome, backend = _run(study, preset, 2)
+    assert backend.submitted == [] and outcome.confirm_pending and outcome.target == 2
+    assert len(_counted(study)) == 2
+    assert [t.state for t in study.get_trials()][-1] == TrialState.WAITING  # left to the stage
+    # Once the stage has finished (the flag cleared), the same command searches again.
+    study.set_user_attr(StudyAttr.CONFIRM_PENDING, False)
+    outcome, backend = _run(study, preset, 2)
+    assert not outcome.confirm_pending and len(_counted(study)) == 4
+
+
 def test_infeasible_configs_count_and_carry_a_positive_constraint(preset: Preset) -> None:
     study = _new()
     _run(

@@ -129,6 +129,9 @@ class LoopOutcome:
     exhausted_size: int | None  # the space's size when every config was measured
     recovered: tuple[int, ...]
     budget_stopped: bool = False  # the budget's guard ended the search before its target
+    # An earlier run stopped during its confirmation stage (`StudyAttr.CONFIRM_PENDING`): this
+    # run searched nothing, so the command goes on to finish that stage.
+    confirm_pending: bool = False
 
 
 @dataclass
@@ -185,11 +188,22 @@ class StudyLoop:
         """Run until the target is met (or the queue is empty) and nothing runs."""
         recovered = tuple(recover(self.study, self.store))
         resumed = False
+        confirm_pending = self.settings.n_trials is not None and bool(
+            self.study.user_attrs.get(StudyAttr.CONFIRM_PENDING)
+        )
         if self.settings.n_trials is not None:
             ensure_baseline(self.study, self.preset.baseline_params())
             if self.settings.also_try_baseline:
                 enqueue_baseline_copy(self.study, self.preset.baseline_params())
-            if self.settings.budget is not None:
+            if confirm_pending:
+                # The search of this command ran before; its confirmation stage was stopped.
+                # Searching more first would change the finalists of rounds already run.
+                self.target = self._done()
+                self.study.set_user_attr(StudyAttr.TARGET, self.target)
+                if self.settings.budget is not None:
+                    self._base_done = self.target
+                    self.settings.budget.trials_before = self._base_done
+            elif self.settings.budget is not None:
                 # The budget counts this command: its plan's trials, whatever an earlier run
                 # left unfinished.
                 self._base_done = self._done()
@@ -234,7 +248,9 @@ class StudyLoop:
         if self._budget_stopped and self.target is not None:
             # Nothing is left unfinished for a later run to continue: the budget ended it.
             self.study.set_user_attr(StudyAttr.TARGET, self._done())
-        return LoopOutcome(self.target, resumed, size, recovered, self._budget_stopped)
+        return LoopOutcome(
+            self.target, resumed, size, recovered, self._budget_stopped, confirm_pending
+        )
 
     def _set_budget_target(self, trials: int) -> None:
         """The search's target: this run's planned trials on top of those before it."""
