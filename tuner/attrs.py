@@ -72,6 +72,10 @@ class StudyAttr:
     CONFIRM_PLAN: Final = "confirm_plan"
     # Where a sequential confirmation stopped: {"rounds": rounds run, "reason": in words}.
     CONFIRM_STOP: Final = "confirm_stop"
+    # True while a confirmation stage is under way (tuner.study.stages.confirm.confirm_study
+    # sets it as the stage begins, False once its verdicts are stored): a `tuner optimize`
+    # stopped during the stage resumes it on its next run, adding no search trials first.
+    CONFIRM_PENDING: Final = "confirm_pending"
     # tuner.study.preflight.sizing.workload_reductions: one line per knob cut for the
     # workload ([] none)
     SPACE_REDUCTIONS: Final = "space_reductions"

@@ -14,12 +14,15 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import yaml
+from optuna.trial import FrozenTrial, TrialState
 
+from tuner.attrs import Role, TrialAttr
 from tuner.server.reaper import group_members, port_free
 from tuner.study.space import preset_dir
 from tuner.workload.correctness_probe import PROBE_PROMPTS
@@ -78,11 +81,41 @@ def short_space(tmp_path: Path, *, preset: str = "smollm2-135m", **changes: obje
     return path
 
 
-def optimize_argv(space: Path, url: str, study: str, n_trials: int, *extra: str) -> list[str]:
+def optimize_argv(
+    space: Path, url: str, study: str, n_trials: int, *extra: str, confirm: str = "0"
+) -> list[str]:
+    """`tuner optimize` on `space`, without calibration: the short workload needs no sizing, and
+    the study's first server then goes straight to its trial (the calibration probe's phase is
+    interrupted in tests/integration/test_interrupt_fake.py)."""
     return [
         sys.executable, "-m", "tuner.cli", "optimize", "--space", str(space), "--storage", url,
-        "--study", study, "--n-trials", str(n_trials), "--confirm", "0", *extra,
+        "--study", study, "--n-trials", str(n_trials), "--confirm", confirm, "--no-calibrate",
+        *extra,
     ]  # fmt: skip
+
+
+def nth_server(box: Box, alive: Callable[[], None], n: int, phase: str) -> dict[str, int]:
+    """The n-th server group this box started (1-based), once its log shows `phase`;
+    `alive()` asserts the driver still runs."""
+    deadline = time.monotonic() + 900
+    while time.monotonic() < deadline:
+        alive()
+        logs = box.logs()
+        if len(logs) >= n and phase_of(logs[n - 1]) == phase:
+            groups = [g for g in box.servers() if Path(str(g.get("log_path"))) == logs[n - 1]]
+            if groups:
+                return groups[0]
+        time.sleep(0.2)
+    raise AssertionError(f"server {n} did not reach {phase}")
+
+
+def confirmation_runs(trials: list[FrozenTrial]) -> list[tuple[int, int]]:
+    """(config's trial, round) of every COMPLETE confirmation run, sorted."""
+    return sorted(
+        (int(t.user_attrs[TrialAttr.CONFIRM_OF]), int(t.user_attrs[TrialAttr.CONFIRM_ROUND]))
+        for t in trials
+        if t.state == TrialState.COMPLETE and t.user_attrs.get(TrialAttr.ROLE) == Role.CONFIRM
+    )
 
 
 def requests_in(log: Path) -> list[str]:

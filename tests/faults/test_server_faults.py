@@ -1,13 +1,15 @@
 """Faults of the vLLM server itself and of the Ray worker that owns it, in a real study.
 
 - The API server SIGKILLed during the scored tasks: that trial fails, saying the server was
-  killed and after how many answered requests; the study goes on to its next trial.
+  killed and after how many answered requests; the study goes on to its next trial. Then the
+  engine core alone SIGKILLed (what the kernel's OOM killer does to the process holding the
+  model): that trial fails as a server crash too, and the study goes on.
 - A server that dies at its first request (the tiny hybrid model with prefix caching on the
   CPU build): the trial is infeasible, with vLLM's own error line.
 - A server with a shorter context than the workload's conversations: the failed tasks say why,
   with both numbers, in `tuner workload run`'s output and in the returned records.
 
-Real vLLM CPU, real Ray, SQLite files; about 6 server starts.
+Real vLLM CPU, real Ray, SQLite files; about 7 server starts.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import optuna
@@ -59,41 +62,55 @@ def _trials(url: str, study: str) -> list[optuna.trial.FrozenTrial]:
     return optuna.load_study(study_name=study, storage=url).get_trials()
 
 
-def test_server_killed_mid_workload_fails_its_trial_and_the_study_goes_on(
+def _member(group: dict, is_it: Callable[[str], bool]) -> int:
+    """The one member of the server group whose command line `is_it` picks."""
+    found = [p for p in group_members(group["pgid"]) if is_it(_cmdline(p))]
+    assert len(found) == 1, [(p, _cmdline(p)) for p in group_members(group["pgid"])]
+    return found[0]
+
+
+@pytest.mark.injects(2)  # the API server killed in one trial, the engine core in the next
+def test_server_or_engine_killed_mid_workload_fails_its_trial_and_the_study_goes_on(
     tmp_path: Path, box: Box
 ) -> None:
     url = f"sqlite:///{tmp_path / 'serverkill.db'}"
-    argv = optimize_argv(short_space(tmp_path), url, "serverkill", 2)
+    argv = optimize_argv(short_space(tmp_path), url, "serverkill", 3)
     driver = subprocess.Popen(
         argv, env=box.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
-    group = _wait(box, driver, "scored", 1)
     # The group's leader is tuner's supervisor (and its watcher), whose argv carries the vLLM
     # command too: the API server is the member that runs the module itself.
-    api = [
-        p
-        for p in group_members(group["pgid"])
-        if "api_server" in _cmdline(p) and "supervisor.py" not in _cmdline(p)
-    ]
-    assert len(api) == 1, [(p, _cmdline(p)) for p in group_members(group["pgid"])]
-    os.kill(api[0], signal.SIGKILL)
+    group = _wait(box, driver, "scored", 1)
+    os.kill(
+        _member(group, lambda c: "api_server" in c and "supervisor.py" not in c), signal.SIGKILL
+    )
+    # The engine core alone, as the kernel's OOM killer picks the process with the most
+    # memory: vLLM names it in its process title (VLLM::EngineCore).
+    engine_group = _wait(box, driver, "scored", 2)
+    assert engine_group["pgid"] != group["pgid"]
+    os.kill(_member(engine_group, lambda c: "EngineCore" in c), signal.SIGKILL)
     out, err = driver.communicate(timeout=900)
     assert driver.returncode == 0, out + err
-    assert wait_gone([group], 30) < 30
+    assert wait_gone([group, engine_group], 30) < 30
 
     trials = _trials(url, "serverkill")
-    first = trials[0]
-    reason = str(first.user_attrs.get(TrialAttr.FAILURE_REASON))
-    assert first.state == TrialState.FAIL, (first.state, first.user_attrs)
-    assert first.user_attrs[TrialAttr.FAILURE_KIND] == "server_crashed"
+    api_killed, engine_killed = trials[0], trials[1]
+    for trial in (api_killed, engine_killed):
+        assert trial.state == TrialState.FAIL, (trial.state, trial.user_attrs)
+        assert trial.user_attrs[TrialAttr.FAILURE_KIND] == "server_crashed", trial.user_attrs
+        assert TrialAttr.REQUEUED_FROM not in trial.user_attrs  # the config's fault, not re-run
+    reason = str(api_killed.user_attrs.get(TrialAttr.FAILURE_REASON))
     assert "the vLLM server died during the workload after" in reason, reason
     assert "killed by SIGKILL" in reason, reason
-    assert any(t.state == TrialState.COMPLETE for t in trials[1:])  # the study went on
+    reason = str(engine_killed.user_attrs.get(TrialAttr.FAILURE_REASON))
+    assert "the vLLM server died during the workload after" in reason, reason
+    assert any(t.state == TrialState.COMPLETE for t in trials[2:])  # the study went on
+    assert not any(t.user_attrs.get(TrialAttr.REQUEUED_FROM) is not None for t in trials)
     store = Store(url)
     try:
-        # The failed trial's start is stored with how the server ended; nothing twice.
+        # The failed trials' starts are stored with how the server ended; nothing twice.
         numbers = store.trial_numbers("serverkill")
-        assert len(numbers) == len(set(numbers))
+        assert numbers == sorted(t.number for t in trials if t.state != TrialState.WAITING)
     finally:
         store.close()
     assert not box.servers()

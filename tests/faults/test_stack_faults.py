@@ -1,16 +1,22 @@
-"""Faults of what runs around the server: the Ray worker, Postgres, the disk under SQLite.
+"""Faults of what runs around the server: the Ray worker, Postgres, the driver in the
+confirmation, the disk under SQLite.
 
 - The Ray worker (the actor process that launched the server) SIGKILLed mid-trial: its server
-  goes with it (the supervisor), the trial is re-queued once and measured by a new worker.
-- Postgres restarted (`pg_ctlcluster ... restart`) while a trial runs: the driver waits the
-  restart out (pooled connections pinged, refused connects retried) and finishes the study;
-  nothing lost, nothing stored twice.
+  goes with it (the supervisor), the trial is re-queued once and measured by the worker's
+  replacement (the loop waits for it to be placed).
+- Postgres restarted (`pg_ctlcluster ... restart`) while a searched trial runs, during the
+  confirmation's floor start and during the candidate's confirmation run: the driver waits each
+  restart out (pooled connections pinged, refused connects retried) and finishes the study and
+  its confirmation; nothing lost, nothing stored twice.
+- The driver SIGTERMed during the candidate's confirmation run: exit 130 within 10 s, its
+  server gone; the same `tuner optimize` run again searches nothing, finishes the stage, and
+  each (config, round) is run and stored once.
 - The disk under the SQLite file fills up while a trial runs: the driver stops with one clear
   line on stderr (exit 2), leaves no vLLM process, and once space is back the database opens,
   passes SQLite's integrity check, and the same command finishes the study.
 
 Real Ray, the real Postgres server, a real tmpfs (root only), and the named fake vLLM server
-(tuner/testing/fake_vllm.py, slowed to about a minute per trial): these faults are in the layers
+(tuner/testing/fake_vllm.py, slowed to under a minute per trial): these faults are in the layers
 around the server, which a real one would only make a minute slower per start; the real
 server's own faults and its process group are tested in test_server_faults.py and
 test_driver_kill.py.
@@ -30,13 +36,21 @@ from pathlib import Path
 
 import optuna
 import pytest
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
-from tests.faults.conftest import Box, optimize_argv, phase_of, short_space, wait_gone
+from tests.faults.conftest import (
+    Box,
+    confirmation_runs,
+    nth_server,
+    optimize_argv,
+    phase_of,
+    short_space,
+    wait_gone,
+)
 from tests.faults.tally import measure
-from tuner.attrs import TrialAttr
+from tuner.attrs import Role, StudyAttr, TrialAttr
 from tuner.storage import Store
 
 pytestmark = [pytest.mark.ray, pytest.mark.faults]
@@ -49,7 +63,7 @@ def fake_box(box: Box) -> Box:
         **box.env,
         "TUNER_VLLM_COMMAND": f"{sys.executable} -m tuner.testing.fake_vllm",
         "FAKE_VLLM_ACCESS_LOG": "1",
-        "FAKE_VLLM_TOKEN_DELAY_S": "0.1",  # phases of several seconds to hit
+        "FAKE_VLLM_TOKEN_DELAY_S": "0.05",  # phases of several seconds to hit
     }
     return Box(box.cache, env)
 
@@ -141,32 +155,104 @@ def _pg_restart() -> float:
     return time.monotonic() - t0
 
 
+def _confirmed_study_checks(url: str, study: str, box: Box) -> list[FrozenTrial]:
+    """A study of 2 searched trials confirmed `--confirm 1,1`: the baseline's floor start and
+    the candidate's round 0, each run once and stored once; nothing left running."""
+    trials = optuna.load_study(study_name=study, storage=url).get_trials()
+    assert not [t for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
+    searched = [t for t in trials if t.user_attrs.get(TrialAttr.ROLE) != Role.CONFIRM]
+    measured = [t for t in searched if t.state == TrialState.COMPLETE]
+    assert sorted(str(t.user_attrs[TrialAttr.ROLE]) for t in measured) == [
+        "baseline",
+        "candidate",
+    ], [(t.number, t.state, t.user_attrs) for t in trials]
+    base, cand = sorted(measured, key=lambda t: t.number)
+    assert confirmation_runs(trials) == [(base.number, 0), (cand.number, 0)]
+    done = [t for t in trials if t.state == TrialState.COMPLETE]
+    store = Store(url)
+    try:
+        assert store.trial_numbers(study) == sorted(t.number for t in done)  # nothing twice
+        assert len(store.workload_runs(study)) == len(done)
+    finally:
+        store.close()
+    assert (
+        optuna.load_study(study_name=study, storage=url).user_attrs.get(StudyAttr.CONFIRM_PENDING)
+        is False
+    )
+    assert not box.servers()
+    return trials
+
+
 @pytest.mark.postgres
-def test_postgres_restarted_mid_study_is_waited_out(
+@pytest.mark.injects(3)  # in a searched trial, the floor start, the candidate's confirmation
+def test_postgres_restarted_mid_study_and_in_the_confirmation_is_waited_out(
     own_postgres_db: str, tmp_path: Path, fake_box: Box
 ) -> None:
     box = fake_box
     url = own_postgres_db
-    argv = optimize_argv(short_space(tmp_path), url, "pgrestart", 1)
+    argv = optimize_argv(short_space(tmp_path), url, "pgrestart", 2, confirm="1,1")
     driver = subprocess.Popen(
         argv, env=box.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
-    _wait_phase(box, driver, "scored")
-    measure("postgres_restart_s", round(_pg_restart(), 2))
+
+    def alive() -> None:
+        assert driver.poll() is None, driver.communicate()[1][-3000:]
+
+    restarts = []
+    # Servers: 1 the baseline, 2 the candidate, 3 the floor start (the baseline's round 0),
+    # 4 the candidate's round 0.
+    for server in (1, 3, 4):
+        nth_server(box, alive, server, "scored")
+        restarts.append(round(_pg_restart(), 2))
+    measure("postgres_restart_s", restarts)
     out, err = driver.communicate(timeout=900)
     assert driver.returncode == 0, out + err
 
-    trials = optuna.load_study(study_name="pgrestart", storage=url).get_trials()
-    assert [t.state for t in trials] == [TrialState.COMPLETE], [
-        (t.state, t.user_attrs) for t in trials
+    trials = _confirmed_study_checks(url, "pgrestart", box)
+    assert all(t.state == TrialState.COMPLETE for t in trials), [
+        (t.number, t.state, t.user_attrs) for t in trials
     ]
-    store = Store(url)
-    try:
-        assert store.trial_numbers("pgrestart") == [trials[0].number]
-        assert len(store.workload_runs("pgrestart")) == 1
-    finally:
-        store.close()
-    assert not box.servers()
+
+
+def test_driver_sigtermed_in_the_confirmation_exits_130_and_the_rerun_resumes_it(
+    tmp_path: Path, fake_box: Box
+) -> None:
+    box = fake_box
+    url = f"sqlite:///{tmp_path / 'confirmterm.db'}"
+    argv = optimize_argv(short_space(tmp_path), url, "confirmterm", 2, confirm="1,1")
+    driver = subprocess.Popen(
+        argv, env=box.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+    def alive() -> None:
+        assert driver.poll() is None, driver.communicate()[1][-3000:]
+
+    # The 4th server: the candidate's confirmation run (after the floor start, the 3rd).
+    group = nth_server(box, alive, 4, "scored")
+    sent = time.monotonic()
+    driver.send_signal(signal.SIGTERM)
+    out, err = driver.communicate(timeout=60)
+    exit_s = time.monotonic() - sent
+    measure("confirmation_sigterm_exit_s", round(exit_s, 2))
+    assert driver.returncode == 130, out + err
+    assert exit_s <= 10.0, f"exited {exit_s:.1f} s after SIGTERM"
+    assert wait_gone([group], 10) < 10
+    study = optuna.load_study(study_name="confirmterm", storage=url)
+    assert study.user_attrs[StudyAttr.CONFIRM_PENDING] is True
+    (stopped,) = [t for t in study.get_trials() if t.state == TrialState.FAIL]
+    assert stopped.user_attrs[TrialAttr.ROLE] == Role.CONFIRM, stopped.user_attrs
+    assert stopped.user_attrs[TrialAttr.FAILURE_KIND] == "interrupted"
+    searched = len([t for t in study.get_trials() if t.user_attrs[TrialAttr.ROLE] != "confirm"])
+
+    resumed = subprocess.run(argv, env=box.env, capture_output=True, text=True, timeout=900)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    trials = _confirmed_study_checks(url, "confirmterm", box)
+    # The re-run searched nothing and re-ran the stopped run once, from its re-queued copy.
+    assert searched == len([t for t in trials if t.user_attrs[TrialAttr.ROLE] != "confirm"])
+    assert [t for t in trials if t.state == TrialState.FAIL] == [stopped]
+    (copy,) = [t for t in trials if t.user_attrs.get(TrialAttr.REQUEUED_FROM) == stopped.number]
+    assert copy.state == TrialState.COMPLETE
+    assert copy.user_attrs[TrialAttr.CONFIRM_OF] == stopped.user_attrs[TrialAttr.CONFIRM_OF]
 
 
 @pytest.fixture

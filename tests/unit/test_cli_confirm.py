@@ -76,7 +76,9 @@ def test_a_study_with_only_its_baseline_queues_no_confirmation_run(tmp_path: Pat
         ConfirmPlan(1, 2),
     )
     assert summary.queued == 0
-    assert len(optuna.load_study(study_name="alone", storage=url).trials) == 1
+    loaded = optuna.load_study(study_name="alone", storage=url)
+    assert len(loaded.trials) == 1
+    assert loaded.user_attrs[StudyAttr.CONFIRM_PENDING] is False  # the stage is over
 
 
 def test_the_preset_sets_the_confirmation_stage_and_the_option_overrides_it(

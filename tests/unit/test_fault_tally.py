@@ -8,6 +8,7 @@ them through real pytest with the plugin, and the counts come from its reports.
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -16,7 +17,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import faults  # noqa: E402 (benchmarks/faults.py)
 
-from tests.faults.tally import read, summarize  # noqa: E402
+from tests.faults.tally import summarize  # noqa: E402
 
 FAULTS = """
 import pytest
@@ -78,11 +79,13 @@ def test_counts_come_from_pytests_reports(tmp_path: Path) -> None:
     (suite / "test_root_cause.py").write_text(ROOT_CAUSE)
     (suite / "test_bad_input.py").write_text(BAD_INPUT)
     (suite / "test_does_not_import.py").write_text("import no_such_module_here\n")
-    outcomes = tmp_path / "outcomes.jsonl"
-    names = ("test_server_faults.py", "test_root_cause.py", "test_bad_input.py")
-    paths = [suite / name for name in (*names, "test_does_not_import.py")]
-    files = faults.run_files(paths, outcomes, cwd=tmp_path)
-    rows = read(outcomes)
+    # As benchmarks/faults.py runs the suite: the files without servers in a lane of their own
+    # beside the others, each lane with its own outcomes file.
+    fast = [suite / "test_root_cause.py", suite / "test_bad_input.py"]
+    slow = [suite / "test_server_faults.py", suite / "test_does_not_import.py"]
+    lanes = tmp_path / "lanes"
+    lanes.mkdir()
+    files, rows = faults.run_suite(fast, slow, lanes, cwd=tmp_path)
     by_name = {r["nodeid"].rsplit("::", 1)[-1]: r["outcome"] for r in rows}
     assert by_name["test_survived"] == "passed"
     assert by_name["test_not_survived"] == "failed"
@@ -99,6 +102,11 @@ def test_counts_come_from_pytests_reports(tmp_path: Path) -> None:
     assert (counts["log_check"]["tried"], counts["log_check"]["passed"]) == (2, 1)
     assert (counts["bad_input"]["tried"], counts["bad_input"]["passed"]) == (3, 2)
     assert all(files[name]["exit_code"] != 0 for name in files)
+    # pytest's own FAILED/ERROR lines are kept, per file, with the message's first line.
+    kept = files["test_server_faults.py"]["failures"]
+    assert any(ln.startswith("FAILED ") and "test_not_survived" in ln for ln in kept), kept
+    assert any(ln.startswith("ERROR ") and "test_errors_in_setup" in ln for ln in kept), kept
+    assert files["test_does_not_import.py"]["failures"], files["test_does_not_import.py"]
 
     summary = faults.line(counts, files, 12.0)
     assert summary.startswith(
@@ -106,3 +114,52 @@ def test_counts_come_from_pytests_reports(tmp_path: Path) -> None:
         "1 skipped; log checks: 1 passed of 2; bad inputs: 2 answered cleanly of 3; "
         "4 files, 4 failing, 12 s"
     ), summary
+
+
+def _paragraph_in(readme: str) -> str:
+    lines = readme.splitlines()
+    at = lines.index(faults.README_MARK) + 1
+    end = at
+    while end < len(lines) and lines[end].strip():
+        end += 1
+    return "\n".join(lines[at:end])
+
+
+def test_the_readmes_fault_paragraph_is_the_one_faults_json_gives() -> None:
+    tally = json.loads((ROOT / "benchmarks" / "data" / "faults.json").read_text())
+    readme = (ROOT / "README.md").read_text()
+    assert _paragraph_in(readme) == faults.readme_paragraph(tally), (
+        "README.md's fault paragraph is not what benchmarks/data/faults.json says: run "
+        "python benchmarks/faults.py (it rewrites both)"
+    )
+
+
+def test_the_paragraph_names_what_did_not_survive_and_is_rewritten_in_place(
+    tmp_path: Path,
+) -> None:
+    tally = {
+        "finished_utc": "2026-12-05T13:00:00Z",
+        "wall_s": 1234,
+        "counts": {
+            "fault": {"tried": 4, "tests": 3, "passed": 3, "failed": 1, "skipped": 0},
+            "log_check": {"tried": 2, "passed": 2},
+            "bad_input": {"tried": 5, "passed": 5},
+        },
+        "tests": [
+            {"nodeid": "f.py::test_full_disk_under_sqlite_is_one_clear_error_and_the_database_"
+             "survives", "kind": "fault", "outcome": "failed"},
+            {"nodeid": "f.py::test_new_fault", "kind": "fault", "outcome": "passed"},
+            {"nodeid": "g.py::test_log", "kind": "log_check", "outcome": "passed"},
+        ],
+    }  # fmt: skip
+    text = faults.readme_paragraph(tally)
+    flat = " ".join(text.split())
+    assert "4 injected faults in 3 tests, 3 survived (not: a full SQLite disk);" in flat, flat
+    assert "(2026-12-05, 1234 s)" in flat
+    assert all(len(line) <= 100 for line in text.splitlines())
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# x\n\n{faults.README_MARK}\nold\nold too\n\n## next\n")
+    faults.write_readme(tally, readme)
+    assert _paragraph_in(readme.read_text()) == text
+    assert readme.read_text().endswith("\n\n## next\n")
+    assert readme.read_text().count(faults.README_MARK) == 1

@@ -208,6 +208,74 @@ def test_a_worker_crash_is_retried_once_then_counts(preset: Preset) -> None:
     assert len(_counted(study)) == 3
 
 
+def _crash_first(*, replacement_s: float) -> ScriptedBackend:
+    """A backend whose first trial's worker dies; its slot is placed again `replacement_s` later."""
+    calls = []
+
+    def script(params: dict[str, Any]) -> ScriptedRun:
+        calls.append(params)
+        return ScriptedRun(crash="ActorDiedError: killed" if len(calls) == 1 else None)
+
+    return ScriptedBackend(script, replacement_s=replacement_s)
+
+
+def _loop(study: optuna.Study, preset: Preset, backend: ScriptedBackend, n: int) -> StudyLoop:
+    make = request_factory(preset, model_path="scripted", cache_dir=Path("/nonexistent"))
+    return StudyLoop(study, preset, backend, make, LoopSettings(n_trials=n))
+
+
+def test_a_killed_worker_s_trial_waits_for_the_replacement_and_runs_once(preset: Preset) -> None:
+    # Issue 48: the replacement worker was not placed yet when the loop looked, nothing else
+    # ran, and the run ended with the re-queued trial unrun.
+    study = _new()
+    backend = _crash_first(replacement_s=40.0)
+    _loop(study, preset, backend, 1).run()
+    crashed, retry = study.get_trials()
+    assert crashed.user_attrs[TrialAttr.FAILURE_KIND] == "worker_crashed"
+    assert retry.state == TrialState.COMPLETE and retry.params == crashed.params
+    assert retry.user_attrs[TrialAttr.REQUEUED_FROM] == crashed.number
+    assert len(backend.submitted) == 2 and len(_counted(study)) == 1
+
+
+def test_a_replacement_never_placed_ends_the_run_after_the_bounded_wait(preset: Preset) -> None:
+    from tuner.study.search.loop import PLACEMENT_WAIT_S
+
+    study = _new()
+    backend = _crash_first(replacement_s=10 * PLACEMENT_WAIT_S)
+    _loop(study, preset, backend, 1).run()
+    crashed_at = 30.0  # ScriptedRun's startup_s: the crash comes when the start would end
+    assert PLACEMENT_WAIT_S <= backend.clock - crashed_at <= PLACEMENT_WAIT_S + 5
+    crashed, queued = study.get_trials()
+    assert queued.state == TrialState.WAITING and queued.params == crashed.params
+    # The next run of the command, once a worker is placed, takes it: nothing lost.
+    backend.clock = 10 * PLACEMENT_WAIT_S + crashed_at
+    _loop(study, preset, backend, 1).run()
+    assert study.get_trials()[1].state == TrialState.COMPLETE
+    assert len(study.get_trials()) == 2
+
+
+def test_a_run_after_a_stop_in_the_confirmation_searches_nothing(preset: Preset) -> None:
+    # Issue 48: re-running `tuner optimize` after a stop in its confirmation stage searched
+    # n_trials more first (the finalists of the rounds already run could change) and ran the
+    # stage's queued runs as part of the search.
+    from tuner.attrs import Role, StudyAttr
+
+    study = _new()
+    _run(study, preset, 2)
+    enqueue_run(
+        study, preset.baseline_params(), role=Role.CONFIRM, attrs={TrialAttr.CONFIRM_ROUND: 0}
+    )
+    study.set_user_attr(StudyAttr.CONFIRM_PENDING, True)
+    outcome, backend = _run(study, preset, 2)
+    assert backend.submitted == [] and outcome.confirm_pending and outcome.target == 2
+    assert len(_counted(study)) == 2
+    assert [t.state for t in study.get_trials()][-1] == TrialState.WAITING  # left to the stage
+    # Once the stage has finished (the flag cleared), the same command searches again.
+    study.set_user_attr(StudyAttr.CONFIRM_PENDING, False)
+    outcome, backend = _run(study, preset, 2)
+    assert not outcome.confirm_pending and len(_counted(study)) == 4
+
+
 def test_infeasible_configs_count_and_carry_a_positive_constraint(preset: Preset) -> None:
     study = _new()
     _run(

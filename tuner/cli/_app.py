@@ -10,6 +10,7 @@ saved to a file for the report, and exit code 1.
 from __future__ import annotations
 
 import re
+import shutil
 import sys
 import tempfile
 import time
@@ -157,11 +158,7 @@ def run(root: typer.Typer, argv: list[str] | None = None) -> int:
             _say(f"invalid {exc.title} setting {where or exc.title}: {message}")  # type: ignore[attr-defined]
             return 2
         if storage_error is not None and isinstance(exc, storage_error):
-            reason = _first_line(getattr(exc, "orig", None) or exc)
-            _say(
-                f"the storage failed: {reason}; what was stored before is kept, fix the "
-                "cause (disk space, the database server) and run the same command to resume"
-            )
+            _say(_storage_failed(_first_line(getattr(exc, "orig", None) or exc)))
             return 2
         if isinstance(exc, OSError):
             where = f" ({exc.filename})" if exc.filename else ""
@@ -171,16 +168,43 @@ def run(root: typer.Typer, argv: list[str] | None = None) -> int:
             return 2
         storage = _storage_cause(exc, storage_error) if storage_error is not None else None
         if storage is not None:  # Optuna wraps the database's error in its own
-            _say(
-                f"the storage failed: {storage}; what was stored before is kept, fix the "
-                "cause (disk space, the database server) and run the same command to resume"
-            )
+            _say(_storage_failed(storage))
             return 2
         saved = _crash_file(exc)
         where = f"; traceback in {saved}" if saved else ""
         _say(f"internal error: {type(exc).__name__}: {_first_line(exc)}{where}; please report it")
         return 1
     return 0
+
+
+# Below this much free space, a failed write to a SQLite file is the disk's doing, whatever
+# SQLite called it ("database or disk is full", or "disk I/O error" from a journal or WAL
+# write); above it, SQLite's own "full" (its max_page_count) is not the disk's.
+_FULL_BELOW_BYTES = 1 << 20
+
+
+def _storage_failed(reason: str) -> str:
+    """The one line for a failed storage: for a SQLite file on a full disk, which file, how
+    much space is left and what to do; else the database's own reason."""
+    from tuner.cli._checks import IN_USE, sqlite_path
+
+    path = sqlite_path(IN_USE[0]) if IN_USE else None
+    if path is not None:
+        try:
+            free: int | None = shutil.disk_usage(path.parent).free
+        except OSError:
+            free = None
+        if free is not None and free < _FULL_BELOW_BYTES:
+            return (
+                f"the storage failed: the disk under the SQLite file {path} is full "
+                f"({free:,} bytes free; SQLite said: {reason}); what was stored before is "
+                "kept: free space on that disk (or move the file elsewhere and point --storage "
+                "at it), then run the same command to resume"
+            )
+    return (
+        f"the storage failed: {reason}; what was stored before is kept, fix the cause (disk "
+        "space, the database server) and run the same command to resume"
+    )
 
 
 def _loaded_error(module: str, name: str) -> type[BaseException] | None:

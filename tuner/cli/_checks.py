@@ -49,7 +49,13 @@ def storage_url(option: str | None, *, must_exist: bool = False) -> str:
     url = option or settings.storage_url()
     default = option is None and settings.storage is None
     _check(url, must_exist=must_exist, default=default)
+    IN_USE[:] = [url]
     return url
+
+
+# The storage URL this command checked and uses (`storage_url`), so that a storage failure
+# later can say where it happened (tuner.cli._app).
+IN_USE: list[str] = []
 
 
 def sqlite_path(url: str) -> Path | None:

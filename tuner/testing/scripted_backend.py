@@ -71,15 +71,19 @@ class ScriptedBackend:
     """A `TrialBackend` whose trials follow `script(params)` on a simulated clock.
 
     With `record_tasks`, a run's workload record carries its tasks ("task0", "task1", ...,
-    each the same seconds), so the results can pair runs by task id.
+    each the same seconds), so the results can pair runs by task id. With `replacement_s`, a
+    slot whose worker crashed is not `ready` again until that many simulated seconds after the
+    crash, as a Ray slot waits for its replacement actor to be placed.
     """
 
     script: Callable[[dict[str, Any]], ScriptedRun]
     n_slots: int = 1
     record_tasks: bool = False
+    replacement_s: float = 0.0
     clock: float = 0.0
     submitted: list[TrialRequest] = field(default_factory=list)
     _live: dict[int, _Live] = field(default_factory=dict)
+    _placed_at: dict[int, float] = field(default_factory=dict)  # slot -> when its worker is back
 
     @property
     def slots(self) -> int:
@@ -87,8 +91,8 @@ class ScriptedBackend:
         return self.n_slots
 
     def ready(self, slot: int) -> bool:
-        """Every scripted slot is always placed."""
-        return True
+        """Placed, unless its worker crashed less than `replacement_s` ago."""
+        return self.clock >= self._placed_at.get(slot, 0.0) - 1e-9
 
     def submit(self, slot: int, request: TrialRequest) -> None:
         """Start the scripted trial now."""
@@ -118,6 +122,7 @@ class ScriptedBackend:
     def _finish(self, t: _Live) -> Finished:
         n = t.request.trial_number
         if t.run.crash:
+            self._placed_at[t.slot] = t.end_time() + self.replacement_s
             return Finished(t.slot, n, None, crash=t.run.crash)
         start = ServerStartRecord(argv=("scripted",), env={}, log_path="scripted")
         if t.run.infeasible:

@@ -675,6 +675,11 @@ def apply_overrides(spec: ServerSpec, overrides: dict[str, Any]) -> ServerSpec:
 
 
 def _note(outcome: LoopOutcome, done: int) -> str | None:
+    if outcome.confirm_pending:
+        return (
+            "search: none this run; an earlier run was stopped during its confirmation stage, "
+            "which this one finishes (run the command again afterwards to search more)"
+        )
     if outcome.budget_stopped:
         return (
             f"search: stopped at {done} trials, the budget's time left being what the "

@@ -78,7 +78,13 @@ if TYPE_CHECKING:
     from tuner.study.search.budget import Budget
     from tuner.study.search.progress import ProgressLines
 
-__all__ = ["LoopOutcome", "LoopSettings", "RequestFactory", "StudyLoop"]
+__all__ = ["PLACEMENT_WAIT_S", "LoopOutcome", "LoopSettings", "RequestFactory", "StudyLoop"]
+
+# How long the loop, with nothing running and a trial to start, waits for a slot whose worker
+# died to get its replacement (`TrialBackend.ready`): a Ray actor is placed again within seconds
+# on a live node. Ending the run at once left the re-queued trial of a killed worker unrun
+# (issue 48); past this wait, the run ends and the trial stays queued for the next one.
+PLACEMENT_WAIT_S = 120.0
 
 RequestFactory = Callable[[optuna.Trial, dict[str, Any]], TrialRequest]
 
@@ -123,6 +129,9 @@ class LoopOutcome:
     exhausted_size: int | None  # the space's size when every config was measured
     recovered: tuple[int, ...]
     budget_stopped: bool = False  # the budget's guard ended the search before its target
+    # An earlier run stopped during its confirmation stage (`StudyAttr.CONFIRM_PENDING`): this
+    # run searched nothing, so the command goes on to finish that stage.
+    confirm_pending: bool = False
 
 
 @dataclass
@@ -168,6 +177,7 @@ class StudyLoop:
         self._began: dict[int, float] = {}  # when each running trial was handed to a worker
         self._base_done = 0  # counted trials before this run (a budget's target adds to it)
         self._budget_stopped = False
+        self._unplaced_since: float | None = None  # since when no slot is placed (`ready`)
         self._said_plan: tuple[int, int, int] | None = None  # the budget's plan, as last said
         w = preset.workload
         self._mode = "traces" if w.traces else w.mode
@@ -178,11 +188,22 @@ class StudyLoop:
         """Run until the target is met (or the queue is empty) and nothing runs."""
         recovered = tuple(recover(self.study, self.store))
         resumed = False
+        confirm_pending = self.settings.n_trials is not None and bool(
+            self.study.user_attrs.get(StudyAttr.CONFIRM_PENDING)
+        )
         if self.settings.n_trials is not None:
             ensure_baseline(self.study, self.preset.baseline_params())
             if self.settings.also_try_baseline:
                 enqueue_baseline_copy(self.study, self.preset.baseline_params())
-            if self.settings.budget is not None:
+            if confirm_pending:
+                # The search of this command ran before; its confirmation stage was stopped.
+                # Searching more first would change the finalists of rounds already run.
+                self.target = self._done()
+                self.study.set_user_attr(StudyAttr.TARGET, self.target)
+                if self.settings.budget is not None:
+                    self._base_done = self.target
+                    self.settings.budget.trials_before = self._base_done
+            elif self.settings.budget is not None:
                 # The budget counts this command: its plan's trials, whatever an earlier run
                 # left unfinished.
                 self._base_done = self._done()
@@ -212,6 +233,9 @@ class StudyLoop:
                         if self._may_start():
                             self._dispatch(slot)
             if not self.inflight:
+                if self._awaiting_placement():
+                    self.backend.wait(self.settings.poll_s)
+                    continue
                 if not self._others_running():
                     break
                 # Their trials may finish short of the target, or die and come back queued.
@@ -224,7 +248,9 @@ class StudyLoop:
         if self._budget_stopped and self.target is not None:
             # Nothing is left unfinished for a later run to continue: the budget ended it.
             self.study.set_user_attr(StudyAttr.TARGET, self._done())
-        return LoopOutcome(self.target, resumed, size, recovered, self._budget_stopped)
+        return LoopOutcome(
+            self.target, resumed, size, recovered, self._budget_stopped, confirm_pending
+        )
 
     def _set_budget_target(self, trials: int) -> None:
         """The search's target: this run's planned trials on top of those before it."""
@@ -303,6 +329,26 @@ class StudyLoop:
         running = {t.number for t in trials if t.state == TrialState.RUNNING and is_sampled(t)}
         mine = {n for n, r in self.inflight.items() if r.role in SAMPLED_ROLES}
         return counted(trials) + len(running | mine) < self.target
+
+    def _awaiting_placement(self) -> bool:
+        """No slot is placed, a trial is due, and the slots have been waited for less than
+        `PLACEMENT_WAIT_S` (a dead worker's replacement is on its way)."""
+        if all(self.backend.ready(s) for s in range(self.backend.slots)):
+            self._unplaced_since = None
+            return False
+        if not self._may_start():
+            return False
+        now = self.backend.now()
+        if self._unplaced_since is None:
+            self._unplaced_since = now
+        if now - self._unplaced_since < PLACEMENT_WAIT_S:
+            return True
+        if self.display.lines is not None:
+            self.display.lines.say(
+                f"no worker was placed within {PLACEMENT_WAIT_S:g} s; the queued trials are "
+                "left for the next run of the same command"
+            )
+        return False
 
     def _others_running(self) -> bool:
         """Another driver still runs sampled trials that the target is waiting for."""

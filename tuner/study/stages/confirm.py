@@ -536,6 +536,8 @@ def confirm_study(
             f"study {study.study_name!r} has no completed baseline to confirm against; "
             "run `tuner optimize` first"
         )
+    # Until the verdicts are stored: a `tuner optimize` stopped in this stage resumes it next.
+    study.set_user_attr(StudyAttr.CONFIRM_PENDING, True)
     queued = 0
     configs: list[FrozenTrial] = []
     stopped: tuple[int, str] | None = None
@@ -623,6 +625,7 @@ def confirm_study(
     verdicts = record_verdicts(study, options.storage_url)
     if stopped is not None:
         study.set_user_attr(StudyAttr.CONFIRM_STOP, {"rounds": stopped[0], "reason": stopped[1]})
+    study.set_user_attr(StudyAttr.CONFIRM_PENDING, False)
     return ConfirmSummary(tuple(t.number for t in configs), queued, verdicts, stopped)
 
 
