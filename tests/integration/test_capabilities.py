@@ -9,6 +9,7 @@ docs/gpu-validation.md).
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -56,6 +57,9 @@ def test_query_reads_the_installed_vllm(caps: VllmCapabilities) -> None:
         caps.flags
     )
     assert "--no-such-flag" not in caps.flags
+    # Method "suffix" runs where arctic-inference is installed (scripts/install.sh builds it).
+    assert caps.suffix_decoding is (importlib.util.find_spec("arctic_inference") is not None)
+    assert caps.can_run("suffix") is caps.suffix_decoding and caps.can_run("ngram")
 
 
 def test_query_answer_is_cached_per_install(

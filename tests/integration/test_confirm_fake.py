@@ -7,6 +7,7 @@ be made to do on purpose. The real CPU build's confirmation run is measured in d
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -18,8 +19,9 @@ from optuna.trial import TrialState
 
 from tests.integration.conftest import fake_options, fake_preset, fake_vllm_ray
 from tuner.attrs import StudyAttr, TrialAttr
-from tuner.results import choose_export, load_results
+from tuner.results import choose_export, load_results, render_export
 from tuner.results.decision import judge_study
+from tuner.server.knobs import suffix_decoding_available
 from tuner.storage import Store
 from tuner.study import Preset, optimize
 from tuner.study.search.roles import counts_toward_budget, enqueue_run
@@ -226,3 +228,41 @@ def test_a_round_that_cannot_finish_inside_the_budget_is_not_queued(
     choice = choose_export(load_results(options.storage_url, "fake"))
     assert choice.confirmed and choice.stopped is not None
     assert "stopped: the budget" in choice.stopped
+
+
+@pytest.mark.skipif(
+    not suffix_decoding_available(),
+    reason="a preset offers method suffix only with arctic-inference (scripts/install.sh)",
+)
+def test_a_confirmed_suffix_config_is_exported_with_its_speculative_config(
+    fake_ray: None, tmp_path: Path
+) -> None:
+    # The fake drafts for any --speculative-config; here suffix is the 4x faster candidate.
+    data = json.loads(_preset(lossy=False, tasks=4).model_dump_json())
+    data["space"]["methods"] = ["none", "suffix"]
+    data["space"]["suffix_decoding_min_token_prob"] = {"low": 0.1, "high": 0.3, "step": 0.1}
+    preset = Preset.model_validate(data)
+    from tuner.study import open_study
+
+    options = fake_options(tmp_path, 1)
+    optimize(preset, options)  # the baseline
+    suffix = {
+        "method": "suffix",
+        "num_speculative_tokens": 4,
+        "suffix_decoding_min_token_prob": 0.2,
+        "max_num_seqs": 8,
+    }
+    open_study(preset, options).enqueue_trial(suffix, user_attrs={TrialAttr.ROLE: "candidate"})
+    optimize(preset, options)
+    confirm_study(options, ConfirmPlan(k=1, rounds=2))
+    choice = choose_export(load_results(options.storage_url, "fake"))
+    assert choice.trial.number == 1 and choice.confirmed, choice.reason
+    argv = json.loads(render_export(choice, "json"))["argv"]
+    config = json.loads(argv[argv.index("--speculative-config") + 1])
+    assert config == {
+        "method": "suffix",
+        "num_speculative_tokens": 4,
+        "suffix_decoding_min_token_prob": 0.2,
+    }
+    shell = render_export(choice)
+    assert '"method":"suffix"' in shell and "confirmed" in shell

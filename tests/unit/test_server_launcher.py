@@ -187,6 +187,32 @@ def test_a_server_runs_in_the_launchers_directory_when_the_callers_is_gone(
         assert {_cwd(pid) for pid in members} == {str(tmp_path / "work")}
 
 
+def _environ(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(item.decode().split("=", 1) for item in raw if b"=" in item)
+
+
+def test_an_inherited_arctic_switch_does_not_reach_the_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # ARCTIC_INFERENCE_ENABLED=1 in a user's shell would turn on arctic-inference's vLLM plugin,
+    # which refuses the CPU build at every start (tests/integration/test_arctic_plugin.py).
+    monkeypatch.setenv("ARCTIC_INFERENCE_ENABLED", "1")
+    monkeypatch.setenv("TUNER_TEST_INHERITED", "kept")
+    with _launcher(tmp_path).launch(_spec(), timeout_s=30) as handle:
+        members = group_members(handle.pid)
+        assert len(members) >= 2  # the supervisor and the server under it
+        for pid in members:
+            env = _environ(pid)
+            assert env.get("TUNER_TEST_INHERITED") == "kept"
+            assert "ARCTIC_INFERENCE_ENABLED" not in env
+    # A spec that sets it means it: the server gets it (and the exported command says it).
+    with _launcher(tmp_path).launch(_spec(ARCTIC_INFERENCE_ENABLED="1"), timeout_s=30) as handle:
+        assert {
+            _environ(pid).get("ARCTIC_INFERENCE_ENABLED") for pid in group_members(handle.pid)
+        } == {"1"}
+
+
 def test_relative_command_and_model_paths_are_found_from_the_callers_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

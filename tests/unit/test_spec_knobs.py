@@ -6,6 +6,7 @@ rendered `--speculative-config` is checked against vLLM's own classes in a subpr
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shlex
 import subprocess
@@ -18,7 +19,7 @@ from pydantic import ValidationError
 
 from tuner.errors import ConfigError
 from tuner.server import ServerSpec, SpeculativeSpec
-from tuner.server.knobs import _suffix_in, suffix_decoding_available
+from tuner.server.knobs import _suffix_in
 from tuner.study.space import SearchSpace, load_preset
 
 NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4}
@@ -87,17 +88,21 @@ def test_space_offers_the_token_budget_only_above_max_num_seqs() -> None:
 
 
 def test_suffix_offered_only_where_arctic_inference_is(tmp_path: Path) -> None:
-    # This machine's vLLM has no arctic-inference wheel that fits (see docs/decisions.md).
+    # scripts/install.sh builds arctic-inference where it can (docs/vllm-facts.md).
     preset = tmp_path / "p.yaml"
     base = load_preset(model="smollm2-135m", gpu="cpu")
     data = base.model_dump(mode="json")
     data["space"]["methods"] = ["none", "suffix"]
+    data["space"]["methods_if_available"] = []
     preset.write_text(json.dumps(data))
-    if suffix_decoding_available():
-        pytest.skip("arctic-inference is installed here")
-    with pytest.raises(ConfigError, match="method 'suffix' needs the arctic-inference package"):
-        load_preset(space=preset)
-    # A Python whose arctic_inference ships suffix_decoding counts as able.
+    installed = importlib.util.find_spec("arctic_inference") is not None
+    if installed:
+        assert load_preset(space=preset).space.methods == ("none", "suffix")
+    else:
+        with pytest.raises(ConfigError, match="method 'suffix' needs the arctic-inference"):
+            load_preset(space=preset)
+    assert _suffix_in(sys.executable) is installed
+    # Another Python whose arctic_inference ships suffix_decoding counts as able.
     fake = tmp_path / "site" / "arctic_inference"
     (fake / "suffix_decoding").mkdir(parents=True)
     (fake / "__init__.py").write_text("")
@@ -105,7 +110,12 @@ def test_suffix_offered_only_where_arctic_inference_is(tmp_path: Path) -> None:
     wrapper.write_text(f'#!/bin/sh\nPYTHONPATH={tmp_path / "site"} exec {sys.executable} "$@"\n')
     wrapper.chmod(0o755)
     assert _suffix_in(str(wrapper)) is True
-    assert _suffix_in(sys.executable) is False
+    # ...and one whose arctic_inference lacks it does not (a 0.0.x release).
+    (fake / "suffix_decoding").rmdir()
+    bare = tmp_path / "python-bare"
+    bare.write_text(f'#!/bin/sh\nPYTHONPATH={tmp_path / "site"} exec {sys.executable} -S "$@"\n')
+    bare.chmod(0o755)
+    assert _suffix_in(str(bare)) is False
 
 
 VLLM_CHECK = textwrap.dedent(

@@ -10,8 +10,9 @@ Python (its interpreter, its packages, never ours):
 2. A fast look (no vLLM import) gives where vLLM lives and its distribution version; that is
    the cache key, so a reinstall is noticed.
 3. On a cache miss, the query imports `vllm.config.SpeculativeConfig` (its dataclass fields and
-   the `method` literal) and builds vLLM's own `vllm serve` argument parser (its flags). On this
-   2-core machine that takes about 40 s, hence the cache.
+   the `method` literal), builds vLLM's own `vllm serve` argument parser (its flags) and tries
+   `arctic_inference.suffix_decoding` (method "suffix" needs it: `suffix_decoding`). On this
+   2-core machine that takes about 40 s, hence the cache (keyed on arctic-inference too).
 
 A command that does not start vLLM (tuner's fake server, `python -m tuner.testing.fake_vllm`)
 is not asked: `read_launch_capabilities` returns None and nothing is filtered.
@@ -47,6 +48,10 @@ if spec is not None and spec.origin:
     out["mtime"] = os.stat(spec.origin).st_mtime
     dists = md.packages_distributions().get("vllm", [])
     out["dist"] = [[d, md.version(d)] for d in dists]
+# arctic-inference (suffix decoding) installed or removed later must not read a stale answer.
+arctic = importlib.util.find_spec("arctic_inference")
+if arctic is not None and arctic.origin:
+    out["arctic_inference"] = [arctic.origin, os.stat(arctic.origin).st_mtime]
 print(json.dumps(out))
 """
 
@@ -88,9 +93,16 @@ for name in ("vllm.entrypoints.launchers.cli_args", "vllm.entrypoints.openai.cli
         flags = sorted(k for k in parser._option_string_actions if k.startswith("-"))
         source = name + ".make_arg_parser"
         break
+# Method "suffix" runs arctic_inference.suffix_decoding.SuffixDecodingCache (compiled code);
+# vLLM itself only asks whether the package is importable, and refuses the config without it.
+try:
+    from arctic_inference.suffix_decoding import SuffixDecodingCache  # noqa: F401
+    suffix = True
+except Exception:
+    suffix = False
 print("TUNER-PROBE " + json.dumps({
     "version": vllm.__version__, "spec_fields": fields, "methods": sorted(set(methods)),
-    "flags": flags, "flags_source": source,
+    "flags": flags, "flags_source": source, "suffix_decoding": suffix,
 }))
 """
 
@@ -105,6 +117,8 @@ class VllmCapabilities:
         spec_fields: Field names of `SpeculativeConfig` (the keys `--speculative-config` takes).
         methods: Values its `method` field accepts; empty when they could not be read.
         flags: Option strings of `vllm serve`; None when its parser could not be built.
+        suffix_decoding: `arctic_inference.suffix_decoding.SuffixDecodingCache` imports in
+            that Python, so method "suffix" can run (vLLM refuses it otherwise).
     """
 
     version: str
@@ -112,6 +126,7 @@ class VllmCapabilities:
     spec_fields: frozenset[str]
     methods: frozenset[str]
     flags: frozenset[str] | None
+    suffix_decoding: bool = False
 
     def has_flag(self, flag: str) -> bool | None:
         """Whether `vllm serve` accepts `flag` (None: the flags are unknown)."""
@@ -134,7 +149,15 @@ class VllmCapabilities:
             spec_fields=frozenset(data["spec_fields"]),
             methods=frozenset(data["methods"]),
             flags=frozenset(flags) if flags is not None else None,
+            suffix_decoding=bool(data.get("suffix_decoding", False)),
         )
+
+    def can_run(self, method: str) -> bool:
+        """Whether this vLLM accepts speculative `method` and has what it needs to run it
+        (method "suffix": arctic-inference). Methods that could not be read count as accepted."""
+        if self.methods and method not in self.methods:
+            return False
+        return self.suffix_decoding if method == "suffix" else True
 
 
 def _script_python(script: Path) -> str | None:
@@ -226,6 +249,7 @@ def read_capabilities(
         spec_fields=frozenset(data["spec_fields"]),
         methods=frozenset(data["methods"]),
         flags=frozenset(data["flags"]) if data["flags"] is not None else None,
+        suffix_decoding=bool(data.get("suffix_decoding", False)),
     )
     cached.parent.mkdir(parents=True, exist_ok=True)
     tmp = cached.with_suffix(f".{os.getpid()}.tmp")

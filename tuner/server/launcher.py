@@ -38,7 +38,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
@@ -65,12 +65,14 @@ from tuner.settings import LaunchCommand, get_settings
 
 __all__ = [
     "ABORT_GRACE_S",
+    "NOT_INHERITED",
     "PHASE_EVERY_S",
     "Launcher",
     "ServerHandle",
     "StartAborted",
     "WaitCallback",
     "free_port",
+    "inherited_env",
     "startup_phase",
 ]
 
@@ -80,6 +82,20 @@ _PORT_RETRIES = 2
 _PORT_TAKEN = "Address already in use"
 # Run by path with -S: the supervisor imports only the standard library (see its docstring).
 _SUPERVISOR = str(Path(__file__).with_name("supervisor.py"))
+# Inherited variables a server does not get (a spec's own `env` may still set them).
+# ARCTIC_INFERENCE_ENABLED=1 turns on arctic-inference's general vLLM plugin, installed with the
+# package that suffix decoding needs: it refuses any platform but CUDA and patches only the vLLM
+# it targets (0.26), so one left in a shell fails every start of the CPU build; elsewhere it
+# would change the server behind the exported command's back (docs/vllm-facts.md, "Suffix
+# decoding").
+NOT_INHERITED = ("ARCTIC_INFERENCE_ENABLED",)
+
+
+def inherited_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The part of `environ` a server inherits: all of it but `NOT_INHERITED`."""
+    return {name: value for name, value in environ.items() if name not in NOT_INHERITED}
+
+
 # Seconds the supervisor gives the group after SIGTERM when its owner died; vLLM's API server,
 # engine core and workers exit in 1-3 s on SIGTERM on the CPU build.
 ORPHAN_GRACE_S = 5.0
@@ -453,7 +469,9 @@ class Launcher:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env=os.environ | server_env(self.compile_root, os.environ) | spec.env,
+                env=inherited_env(os.environ)
+                | server_env(self.compile_root, os.environ)
+                | spec.env,
                 cwd=self.work_dir,
                 start_new_session=True,
             )

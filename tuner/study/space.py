@@ -215,6 +215,11 @@ class SearchSpace(BaseModel):
 
     model_config = _FROZEN
     methods: tuple[SpeculativeMethod, ...] = Field(default=("none", "ngram"), min_length=1)
+    # Methods searched only where the installed vLLM can run them, as its capability probe
+    # finds at study start (`tuner.study.preflight.checks`): "suffix" needs arctic-inference in
+    # vLLM's Python, which `scripts/install.sh` builds where it can. Elsewhere they are left
+    # out with one line, and the stored preset is the space actually searched.
+    methods_if_available: tuple[SpeculativeMethod, ...] = ()
     # vLLM: num_speculative_tokens, prompt_lookup_min and prompt_lookup_max are >= 1, and
     # prompt_lookup_min <= prompt_lookup_max; max_num_seqs >= 1; 0 < gpu_memory_utilization <= 1.
     num_speculative_tokens: IntRange = IntRange(low=1, high=4)
@@ -224,11 +229,14 @@ class SearchSpace(BaseModel):
     kv_cache_memory_bytes: tuple[PositiveInt, ...] | None = Field(default=None, min_length=1)
     max_num_seqs: tuple[PositiveInt, ...] = Field(default=(256,), min_length=1)
     search_disable_eagle_block_drop: bool = False
-    # Load knobs (tuner.study.stages.load_sweep): the scheduler's token budget beside max_num_seqs,
-    # and suffix decoding's tree depth and spec factor (method "suffix" only).
+    # Load knobs (tuner.study.stages.load_sweep): the scheduler's token budget beside max_num_seqs.
     max_num_batched_tokens: tuple[PositiveInt, ...] | None = Field(default=None, min_length=1)
+    # Suffix decoding's own knobs (method "suffix" only; vLLM's SpeculativeConfig names and
+    # rules: tree depth >= 1, spec factor >= 0, min token probability in [0, 1]); unset: vLLM's
+    # default (24, 1.0, 0.1 in 0.32). Its draft cap is the shared num_speculative_tokens.
     suffix_decoding_max_tree_depth: IntRange | None = None
     suffix_decoding_max_spec_factor: FloatRange | None = None
+    suffix_decoding_min_token_prob: FloatRange | None = None
 
     @field_validator("num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max")
     @classmethod
@@ -244,15 +252,42 @@ class SearchSpace(BaseModel):
             raise ValueError(f"must lie in (0, 1]; got {value.low}..{value.high}")
         return value
 
-    @field_validator("methods")
+    @field_validator("methods", "methods_if_available")
     @classmethod
     def _distinct(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         if len(set(value)) != len(value):
             raise ValueError(f"lists a method twice: {list(value)}")
         return value
 
+    @field_validator("suffix_decoding_max_tree_depth")
+    @classmethod
+    def _tree_depth(cls, value: IntRange | None) -> IntRange | None:
+        if value is not None and value.low < 1:
+            raise ValueError(f"low must be >= 1 (vLLM rejects {value.low})")
+        return value
+
+    @field_validator("suffix_decoding_max_spec_factor")
+    @classmethod
+    def _spec_factor(cls, value: FloatRange | None) -> FloatRange | None:
+        if value is not None and value.low < 0:
+            raise ValueError(f"low must be >= 0 (vLLM rejects {value.low})")
+        return value
+
+    @field_validator("suffix_decoding_min_token_prob")
+    @classmethod
+    def _probability(cls, value: FloatRange | None) -> FloatRange | None:
+        if value is not None and not (value.low >= 0 and value.high <= 1):
+            raise ValueError(f"must lie in [0, 1]; got {value.low}..{value.high}")
+        return value
+
     @model_validator(mode="after")
     def _lookup_ordered(self) -> SearchSpace:
+        extra = self.methods_if_available
+        if "none" in extra:
+            raise ValueError("methods_if_available: 'none' is always available; list it in methods")
+        both = sorted(set(extra) & set(self.methods))
+        if both:
+            raise ValueError(f"methods_if_available repeats {both} of methods; list each once")
         if self.prompt_lookup_min.high > self.prompt_lookup_max.high:
             raise ValueError(
                 f"prompt_lookup_min.high ({self.prompt_lookup_min.high}) must be <= "
@@ -362,7 +397,9 @@ class Preset(BaseModel):
     @model_validator(mode="after")
     def _supported(self) -> Preset:
         methods = set(self.space.methods)
-        if "mtp" in methods and self.model.mtp_layers == 0:
+        # What a preset may offer is checked whether or not the install turns out to have it.
+        offered = methods | set(self.space.methods_if_available)
+        if "mtp" in offered and self.model.mtp_layers == 0:
             raise ValueError(
                 f"method 'mtp' needs a model with MTP layers ({self.model.name} has 0)"
             )
@@ -372,12 +409,13 @@ class Preset(BaseModel):
                 "true); name the dtype instead"
             )
         for method in sorted(NEEDS_DRAFT):
-            if method in methods and method not in self.model.draft_models:
+            if method in offered and method not in self.model.draft_models:
                 raise ValueError(f"method {method!r} needs model.draft_models.{method}")
         if "suffix" in methods and not suffix_decoding_available():
             raise ValueError(
                 "method 'suffix' needs the arctic-inference package in vLLM's Python "
-                "(vLLM: pip install arctic-inference); remove it from space.methods"
+                "(scripts/install.sh builds it for the CPU build); remove it from space.methods "
+                "or list it under space.methods_if_available"
             )
         context = self.workload.shape.max_context_tokens
         if self.workload.traces is None and context > self.model.max_model_len:
@@ -484,6 +522,11 @@ class Preset(BaseModel):
             params["suffix_decoding_max_spec_factor"] = trial.suggest_float(
                 "suffix_decoding_max_spec_factor", f.low, f.high, step=f.step
             )
+        if method == "suffix" and s.suffix_decoding_min_token_prob is not None:
+            p = s.suffix_decoding_min_token_prob
+            params["suffix_decoding_min_token_prob"] = trial.suggest_float(
+                "suffix_decoding_min_token_prob", p.low, p.high, step=p.step
+            )
         if s.search_disable_eagle_block_drop and method in EAGLE_STYLE:
             params["disable_eagle_block_drop"] = trial.suggest_categorical(
                 "disable_eagle_block_drop", [False, True]
@@ -517,6 +560,7 @@ class Preset(BaseModel):
                 disable_eagle_block_drop=bool(params.get("disable_eagle_block_drop", False)),
                 suffix_decoding_max_tree_depth=params.get("suffix_decoding_max_tree_depth"),
                 suffix_decoding_max_spec_factor=params.get("suffix_decoding_max_spec_factor"),
+                suffix_decoding_min_token_prob=params.get("suffix_decoding_min_token_prob"),
             )
         m = self.model
         return ServerSpec(

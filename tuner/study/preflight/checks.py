@@ -140,6 +140,20 @@ def _adjust(
     refused: list[str] = []
     space_update: dict[str, Any] = {}
     methods = list(preset.space.methods)
+    for method in preset.space.methods_if_available:
+        if caps.can_run(method):
+            methods.append(method)
+            say(f"{v} can run speculative method {method!r}: searched")
+        elif caps.methods and method not in caps.methods:
+            say(f"{v} has no speculative method {method!r}: not searched")
+        else:  # suffix without arctic-inference
+            say(
+                f"{v} cannot run method {method!r}: arctic-inference does not import in "
+                f"{caps.python} (scripts/install.sh builds it); not searched"
+            )
+    if preset.space.methods_if_available:
+        # The stored preset is the space actually searched.
+        space_update["methods_if_available"] = ()
     for method in list(methods):
         if method == "none":
             continue
@@ -153,6 +167,8 @@ def _adjust(
         methods.remove(method)
     if methods != list(preset.space.methods):
         space_update["methods"] = tuple(methods)
+    if "suffix" in methods and not caps.suffix_decoding:
+        refused.append("method suffix (space.methods; arctic-inference does not import there)")
     if (
         preset.space.search_disable_eagle_block_drop
         and "disable_eagle_block_drop" not in caps.spec_fields
@@ -213,6 +229,11 @@ def preflight(
     if caps is None:
         # tuner's fake server measures nothing real: neither knobs nor window size apply.
         say("TUNER_VLLM_COMMAND does not start vLLM (a fake server?): knobs not checked")
+        if preset.space.methods_if_available:
+            # Nothing to ask whether they run: the space stays the file's `methods`.
+            say(f"methods {list(preset.space.methods_if_available)} not searched: no vLLM to ask")
+            space = preset.space.model_copy(update={"methods_if_available": ()})
+            preset = preset.model_copy(update={"space": space})
         return preset, StartCheck(None, ())
     if not preset.gpu.cpu:
         check_sizing(
