@@ -1,25 +1,33 @@
-"""What the real-vLLM benchmarks share: a preset's trial request, and the heavy lock.
+"""What the real-vLLM benchmarks share: one fresh-start run of a config, and its request.
 
-`record_grid.py`, `knob_ab.py`, `repeatability.py` and `probe_check.py` each evaluate configs of
-a preset one fresh server at a time through `tuner.study.trial.evaluate.evaluate`, the function
-a study's worker runs; `request_for` builds the request as the driver does (the preset's server
-spec and workload, the model as tokenizer when it is a directory), and `locked` takes the
-machine's heavy lock around one server run so other users of the box interleave.
+`record_grid.py` (the grid and `--rerecord`'s interleaved rounds) and `repeatability.py` (A B
+rounds) evaluate configs of a preset one fresh server at a time through
+`tuner.study.trial.evaluate.evaluate`, the function a study's worker runs, all through
+`fresh_start`: it builds the request as the driver does (`request_for`: the preset's server
+spec and workload, the model as tokenizer when it is a directory), holds the machine's heavy
+lock (`locked`) around the server's life so other users of the box interleave, and keeps what
+the figures need beside the result: the 1-minute load average as the run started and ended,
+the progress the worker reported (tasks done, successes, seconds), the time it finished and
+how long it waited for the lock.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
-from collections.abc import Iterator
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from tuner.study.space import Preset
-    from tuner.study.trial.evaluate import ThroughputPlan, TrialRequest
+    from tuner.study.trial.evaluate import ThroughputPlan, TrialRequest, TrialResult
+    from tuner.workload import RunProgress
 
-__all__ = ["locked", "request_for"]
+__all__ = ["FreshRun", "fresh_start", "locked", "request_for"]
 
 
 @contextlib.contextmanager
@@ -59,4 +67,57 @@ def request_for(
         startup_timeout_s=preset.startup_timeout_s,
         throughput=throughput if throughput is not None else ThroughputPlan(streams=()),
         tokenizer=model_path if Path(model_path).is_dir() else None,
+    )
+
+
+@dataclass
+class FreshRun:
+    """One config's run on a fresh server, with the machine's state around it."""
+
+    result: TrialResult
+    load_1min: tuple[float, float]  # as the run started and as it ended
+    recorded_at: str  # UTC, when it ended
+    waited_s: float  # for the heavy lock
+    progress: list[list[float]] = field(default_factory=list)  # [tasks, successes, seconds]
+
+
+def fresh_start(
+    preset: Preset,
+    params: dict[str, Any],
+    *,
+    model_path: str,
+    cache_dir: str | Path,
+    study: str,
+    number: int,
+    lock: str | Path | None,
+    throughput: ThroughputPlan | None = None,
+    wanted: Callable[[], bool] | None = None,
+) -> FreshRun | None:
+    """Evaluate `params` once on a fresh server under `lock`; None when `wanted` (asked once
+    the lock is held, so a run another process recorded meanwhile is not run twice) says no."""
+    from tuner.study.trial.evaluate import evaluate
+
+    progress: list[list[float]] = []
+
+    def on_progress(p: RunProgress) -> None:
+        progress.append([p.tasks_done, p.successes, round(p.elapsed_s, 3)])
+
+    waited = time.monotonic()
+    with locked(lock):
+        waited = time.monotonic() - waited
+        if wanted is not None and not wanted():
+            return None
+        before = os.getloadavg()[0]
+        request = request_for(
+            preset, params, model_path=model_path, cache_dir=cache_dir, study=study,
+            number=number, throughput=throughput,
+        )  # fmt: skip
+        result = evaluate(request, on_progress=on_progress)
+        after = os.getloadavg()[0]
+    return FreshRun(
+        result=result,
+        load_1min=(round(before, 2), round(after, 2)),
+        recorded_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        waited_s=waited,
+        progress=progress,
     )

@@ -23,7 +23,7 @@ module turns that table into trials a study can run again, with noise, in micros
   benchmark and the trial's remaining overhead. A pruned trial stops asking for tasks a second
   after the pruner's decision (the worker polls every second); tasks already running finish;
   it costs what it ran, without the plain benchmark. A failed start costs its recorded seconds.
-- **Screening** (`SCREEN_RULES`, `sample_efficiency.py --screening`): the loop's own
+- **Screening** (`SCREEN_RULES`, the shipped rule): the loop's own
   `ScreenRule` stops a candidate at a rung through the same stop request, so a screened-out
   trial costs its startup, warm-up and the prefix it played. The prefix is the suite's first
   tasks for every config (the replay plays the suite in order), so rungs compare paired runs.
@@ -48,18 +48,10 @@ DATA = Path(__file__).resolve().parent / "data" / "grid-smollm2-135m-cpu.json"
 LARGE_DATA = DATA.with_name("grid-smollm2-135m-cpu-large.json")
 STOP_LATENCY_S = 1.0  # the worker's stop poller asks the hub once a second
 
-# Screening rules compared (`screening_rules.py`, `sample_efficiency.py --screening
-# --variants`); "shipped" is `ScreenRule()`'s defaults, what `tuner optimize --screening` uses.
-SCREEN_RULES: dict[str, ScreenRule] = {
-    "shipped": ScreenRule(),
-    "1/4, slack 5%": ScreenRule(rungs=(1 / 4,), slack=0.05),
-    "1/4, slack 10%": ScreenRule(rungs=(1 / 4,), slack=0.10),
-    "1/4, slack 20%": ScreenRule(rungs=(1 / 4,), slack=0.20),
-    "1/6, slack 10%": ScreenRule(rungs=(1 / 6,), slack=0.10),
-    "1/3, slack 15%": ScreenRule(rungs=(1 / 3,), slack=0.15),
-    "1/2, slack 10%": ScreenRule(rungs=(1 / 2,), slack=0.10),
-    "1/4 + 1/2, slack 10%": ScreenRule(rungs=(1 / 4, 1 / 2), slack=0.10),
-}
+# The screening rule replayed; "shipped" is `ScreenRule()`'s defaults, what `tuner optimize
+# --screening` uses. The other rules once compared are in this file and in
+# benchmarks/screening_rules.py at 95daa70 (benchmarks/data/screening-rules-*.md).
+SCREEN_RULES: dict[str, ScreenRule] = {"shipped": ScreenRule()}
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from _grid_replay import GridTable, SimRun
-
+from benchmarks._grid_replay import GridTable, SimRun
 from tuner.metrics.scoring import score_tasks
 from tuner.records import TaskRecord, WorkloadRecord
 from tuner.study.space import config_key

@@ -166,7 +166,7 @@ def rerecord(
     if dry:
         return dry_run(todo, done, rg.recorded_run_seconds(rg.LARGE_DATA))
     if machine is None:
-        from _machine import machine_record
+        from benchmarks._machine import machine_record
 
         machine = rg.cpu_of(machine_record())
     here = machine

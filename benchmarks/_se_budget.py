@@ -36,11 +36,16 @@ from typing import Any
 
 import numpy as np
 import optuna
-from _grid_replay import GridTable
-from _se_metric import BOOT, judge
-from _se_replay import _exported, _memoized_paired_ratio, _request_factory, _search, world_table
-from _se_searches import DEFAULT, RANDOM_DEFAULT, Search
 
+from benchmarks._grid_replay import GridTable
+from benchmarks._se_replay import (
+    _exported,
+    _memoized_paired_ratio,
+    _request_factory,
+    _search,
+    world_table,
+)
+from benchmarks._se_searches import DEFAULT, RANDOM_DEFAULT, Search
 from tuner.defaults import CONFIRM_ROUNDS
 from tuner.metrics import DEFAULT_NOISE
 from tuner.results.export import confirmation_look
@@ -60,6 +65,8 @@ SPLITS = (0.3, 0.4, 0.5, 0.6, 0.7)  # share of the total the search gets
 KS = (1, 2)  # finalists confirmed
 NOISES = (0.05, 0.10, 0.12)
 SEARCHES = (DEFAULT, RANDOM_DEFAULT)
+NEAR = 0.05  # hit: an export within 5% of the best config's tasks/h
+BOOT = 2000  # bootstrap resamples of the seeds
 
 
 @dataclass(frozen=True)
@@ -87,7 +94,7 @@ def run_budgeted(
     `split` of it, then the stage with up to `k` finalists and the rounds that fit."""
     grid_cost = table.grid_cost_s()
     budget_s = total * grid_cost
-    study, backend = _search(table, search, 1, seed, split * total)
+    study, backend = _search(table, search, seed, split * total)
     preset = table.preset
     settings = LoopSettings(n_trials=None, seed=seed, prune_rule=search.prune)
 
@@ -138,7 +145,7 @@ def run_budgeted(
 
 
 def _results(table: GridTable, study: optuna.Study, backend: Any) -> StudyResults:
-    from _se_replay import _row
+    from benchmarks._se_replay import _row
 
     trials = {t.number: t for t in study.get_trials(deepcopy=False)}
     rows = tuple(
@@ -159,7 +166,7 @@ def init(
     path: str, worlds: list[dict[str, float]], noises: tuple[float, ...], drifts: list[float]
 ) -> None:
     """A worker's state: per run noise, the grid moved to each posterior draw."""
-    import _se_replay
+    from benchmarks import _se_replay
 
     warnings.simplefilter("ignore")
     optuna.logging.set_verbosity(optuna.logging.ERROR)
@@ -181,6 +188,16 @@ def one(job: Job) -> tuple[Job, Budgeted]:
 
 
 # ---- the metric -----------------------------------------------------------------------------
+
+
+def judge(key: str | None, base: str, keys: list[str], mu: np.ndarray) -> tuple[float, float]:
+    """(regret, hit) of exporting `key` (None: nothing exported; the baseline stays) averaged
+    over the rows of `mu` (draws x configs, columns in `keys` order): regret is
+    1 - exp(mu(export) - max mu), hit is regret <= 5%."""
+    j = keys.index(key if key is not None else base)
+    gap = mu[:, j] - mu.max(axis=1)
+    regret = 1 - np.exp(gap)
+    return float(regret.mean()), float((regret <= NEAR + 1e-12).mean())
 
 
 def record(job: Job, run: Budgeted, base: str, keys: list[str], mu: np.ndarray) -> dict[str, Any]:
@@ -370,7 +387,7 @@ def _replay(
         return list(pool.map(one, jobs, chunksize=4))
 
 
-def run_all(
+def run_all(  # noqa: PLR0913 (every --total-budget option, keyword-only, from main)
     data: Path, keys: list[str], mu: np.ndarray, base: str, drifts: list[float],
     *, totals: tuple[float, ...], splits: tuple[float, ...], ks: tuple[int, ...],
     noises: tuple[float, ...], seeds: int, select_seeds: int, n_jobs: int,

@@ -1,26 +1,24 @@
-"""The replay half of `sample_efficiency.py`: one seeded study of a search (`_se_searches`).
+"""The replay half of `sample_efficiency.py`: one seeded search (`_se_searches`) and its export.
 
-A study runs tuner's own loop (`tuner.study.search.loop.StudyLoop`) on the simulated-clock
-backend over the recorded grid (`_grid_replay_backend.GridReplayBackend`); at each budget its
-answer is what `tuner export` would pick (`tuner.results.export.choose_export`) from the trials
-finished by then. `StudyRun.exports` keeps those picks (config keys): the metric
-(`_se_metric`) judges them against the grid's truth (`grid_truth.py`).
+A search runs tuner's own loop (`tuner.study.search.loop.StudyLoop`) on the simulated-clock
+backend over the recorded grid (`_grid_replay_backend.GridReplayBackend`) until its budget is
+spent (`_search`); its answer is what `tuner export` would pick
+(`tuner.results.export.choose_export`, `_exported`). `world_table` moves the grid to one
+posterior draw of the truth (`grid_truth.py`); `_se_budget` runs the stage after the search.
 """
 
 from __future__ import annotations
 
 import functools
 import random
-import warnings
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import optuna
-from _grid_replay import GridTable
-from _grid_replay_backend import GridReplayBackend
-from _se_searches import SEARCHES_ALL, Search
 
+from benchmarks._grid_replay import GridTable
+from benchmarks._grid_replay_backend import GridReplayBackend
+from benchmarks._se_searches import Search
 from tuner.attrs import TrialAttr
 from tuner.errors import StudyError
 from tuner.results import decision
@@ -30,32 +28,6 @@ from tuner.study.search.driver import request_factory
 from tuner.study.search.loop import LoopSettings, StudyLoop
 from tuner.study.search.sampling import make_sampler
 from tuner.study.space import config_key
-from tuner.study.stages.confirm import plan_confirmation, queue_rounds
-
-BUDGETS = (0.10, 0.25, 0.50)
-SLOTS = (1,)  # the README's rows; `--slots 1,2,4` adds parallel studies (about 3x the time)
-
-
-@dataclass(frozen=True)
-class StudyRun:
-    """What one replayed study gave: hit at each budget, and the cost to first reach."""
-
-    hits: tuple[bool, ...]
-    reach: float | None  # share of the grid's cost; None: not within the largest budget
-    trials: int
-    spent: tuple[float, ...]  # share of the grid's cost used by each budget's answer
-    # Per budget: the export was the baseline (no candidate beat it beyond the noise).
-    baseline: tuple[bool, ...] = ()
-    # Per budget: a near-best config had finished unpruned by then (what a perfect pick of the
-    # finished trials would export; the ceiling of any export rule on this search).
-    found: tuple[bool, ...] = ()
-    # Per budget: the exported config's key (None: nothing to export).
-    exports: tuple[str | None, ...] = ()
-    # Per budget, two picks beside the export rule's: the config of the highest single run
-    # finished unpruned ("naive"), and the best such config by the replayed world's own means
-    # ("oracle": the ceiling of any pick from what the search ran).
-    naive: tuple[str | None, ...] = ()
-    oracle: tuple[str | None, ...] = ()
 
 
 def _row(trial: optuna.trial.FrozenTrial, sim_result: Any) -> TrialRow:
@@ -116,7 +88,7 @@ def _memoized_paired_ratio() -> None:
 
 
 def _search(
-    table: GridTable, search: Search, slots: int, seed: int, budget: float
+    table: GridTable, search: Search, seed: int, budget: float
 ) -> tuple[optuna.Study, _Recorder]:
     """Run the study loop until `budget` (share of the grid's cost) is spent; no confirmation."""
     grid_cost = table.grid_cost_s()
@@ -126,7 +98,7 @@ def _search(
         direction="maximize",
         sampler=optuna.samplers.RandomSampler(seed),  # unused: the loop enqueues every run
     )
-    backend = _Recorder(table, slots, random.Random(seed * 7919 + slots), _drift(seed))
+    backend = _Recorder(table, 1, random.Random(seed * 7919 + 1), _drift(seed))
     if search.sampler is None:
         study.enqueue_trial(preset.baseline_params(), user_attrs={TrialAttr.ROLE: "baseline"})
         base = config_key(preset.baseline_params())
@@ -138,7 +110,7 @@ def _search(
     settings = LoopSettings(
         n_trials=len(table.configs),
         seed=seed,
-        timeout_s=budget * grid_cost / slots,
+        timeout_s=budget * grid_cost,
         prune_rule=search.prune,
         sampler_factory=search.sampler or make_sampler,
     )
@@ -149,93 +121,6 @@ def _search(
 def _request_factory(preset: Any) -> Any:
     # The driver's own request factory: the preset's server spec, workload and plain benchmark.
     return request_factory(preset, model_path="recorded", cache_dir=Path("."))
-
-
-def run_study(table: GridTable, search: Search, slots: int, seed: int) -> StudyRun:
-    """One seeded study; its answers at each budget and the cost to first reach a near-best."""
-    if search.confirm is not None:
-        return _run_confirmed(table, search, slots, seed)
-    grid_cost = table.grid_cost_s()
-    study, backend = _search(table, search, slots, seed, max(BUDGETS))
-    trials = {t.number: t for t in study.get_trials(deepcopy=False)}
-    ends = sorted((e, n) for n, (_, e) in backend.spans.items())
-    # Reach: the first finished, unpruned trial of a near-best config.
-    reach = None
-    for end, n in ends:
-        t = trials[n]
-        if t.state.name == "COMPLETE" and table.near_best(config_key(dict(t.params))):
-            reach = backend.spent(end) / grid_cost
-            break
-    picks, others = [], []
-    cache: dict[int, tuple[bool, bool, str | None]] = {}
-    found = []
-    for budget in BUDGETS:
-        at = _time_at(backend, budget * grid_cost)
-        done = [n for end, n in ends if end <= at]
-        if len(done) not in cache:
-            cache[len(done)] = _exported(table, trials, backend.results, done)
-        picks.append(cache[len(done)])
-        others.append(_picks(table, trials, backend.results, done))
-        found.append(reach is not None and reach <= budget + 1e-9)
-    if reach is not None and reach > max(BUDGETS):
-        reach = None
-    hits = tuple(h for h, _, _ in picks)
-    base, keys = tuple(b for _, b, _ in picks), tuple(k for _, _, k in picks)
-    naive, oracle = tuple(a for a, _ in others), tuple(b for _, b in others)
-    return StudyRun(hits, reach, len(ends), BUDGETS, base, tuple(found), keys, naive, oracle)
-
-
-def _picks(
-    table: GridTable, trials: dict[int, Any], results: dict[int, Any], done: list[int]
-) -> tuple[str | None, str | None]:
-    """(config of the highest single finished unpruned run, best such config by the table)."""
-    full = [
-        (r.workload.tasks_per_hour, config_key(dict(trials[n].params)))
-        for n, r in ((n, results.get(n)) for n in done)
-        if r is not None and r.workload is not None and not r.pruned
-    ]
-    if not full:
-        return None, None
-    keys = {k for _, k in full}
-    return max(full)[1], max(keys, key=lambda k: table.configs[k].tasks_per_hour)
-
-
-def _run_confirmed(table: GridTable, search: Search, slots: int, seed: int) -> StudyRun:
-    """Search for each budget, then confirm as `tuner optimize` does; cost includes both."""
-    assert search.confirm is not None
-    k, rounds = search.confirm
-    grid_cost = table.grid_cost_s()
-    picks, spent, n_runs, others = [], [], 0, []
-    for budget in BUDGETS:
-        study, backend = _search(table, search, slots, seed, budget)
-        rank = "raw" if search.raw_finalists else "pooled"
-        finalists = plan_confirmation(study.get_trials(deepcopy=False), k, rank=rank)
-        queue_rounds(study, finalists, rounds)
-        settings = LoopSettings(n_trials=None, seed=seed, prune_rule=search.prune)
-        StudyLoop(study, table.preset, backend, _request_factory(table.preset), settings).run()
-        trials = {t.number: t for t in study.get_trials(deepcopy=False)}
-        picks.append(_exported(table, trials, backend.results, sorted(backend.spans)))
-        others.append(_picks(table, trials, backend.results, sorted(backend.spans)))
-        spent.append(backend.spent(backend.clock) / grid_cost)
-        n_runs = len(backend.spans)
-    hits, base = tuple(h for h, _, _ in picks), tuple(b for _, b, _ in picks)
-    keys = tuple(k for _, _, k in picks)
-    naive, oracle = tuple(a for a, _ in others), tuple(b for _, b in others)
-    return StudyRun(hits, None, n_runs, tuple(spent), base, (), keys, naive, oracle)
-
-
-def _time_at(backend: GridReplayBackend, spent: float) -> float:
-    """The clock time at which the study had used `spent` slot-seconds (bisection)."""
-    lo, hi = 0.0, max((e for _, e in backend.spans.values()), default=0.0)
-    if backend.spent(hi) <= spent:
-        return hi
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        if backend.spent(mid) < spent:
-            lo = mid
-        else:
-            hi = mid
-    return hi
 
 
 def _exported(
@@ -262,8 +147,6 @@ def _exported(
 
 # ---- many studies ---------------------------------------------------------------------------
 
-_TABLE: GridTable | None = None
-_WORLDS: list[GridTable] = []  # posterior world: one table per truth draw (seed % draws)
 _DRIFTS: list[float] = []  # measured noise: the fitted sittings' drifts, log tasks/h an hour
 
 
@@ -273,25 +156,6 @@ def _drift(seed: int) -> float:
         return 0.0
     rng = random.Random(seed * 104729 + 17)
     return rng.choice(_DRIFTS) * rng.choice((-1.0, 1.0))
-
-
-def _init(
-    path: str,
-    worlds: list[dict[str, float]] | None = None,
-    noise: tuple[float, list[float]] | None = None,
-) -> None:
-    """A worker's state: the recorded grid and, for the posterior world, each draw's mus;
-    `noise` (run sd, drifts an hour): the measured noise instead of the grid's repeats."""
-    global _TABLE
-    warnings.simplefilter("ignore")
-    optuna.logging.set_verbosity(optuna.logging.ERROR)
-    _TABLE = GridTable.load(Path(path))
-    _DRIFTS[:] = []
-    if noise is not None:
-        _TABLE = _TABLE.with_run_sd(noise[0])
-        _DRIFTS[:] = noise[1]
-    _WORLDS[:] = [world_table(_TABLE, mus) for mus in worlds or []]
-    _memoized_paired_ratio()
 
 
 def world_table(table: GridTable, mus: dict[str, float]) -> GridTable:
@@ -316,10 +180,3 @@ def world_table(table: GridTable, mus: dict[str, float]) -> GridTable:
         )
     out.configs = configs
     return out
-
-
-def _one(job: tuple[int, int, int]) -> tuple[int, int, int, StudyRun]:
-    search_i, slots, seed = job
-    assert _TABLE is not None
-    table = _WORLDS[seed % len(_WORLDS)] if _WORLDS else _TABLE
-    return search_i, slots, seed, run_study(table, SEARCHES_ALL[search_i], slots, seed)

@@ -7,10 +7,10 @@ vLLM, drawing every server start from the noise model fitted to every recorded r
 prior (`tuner.metrics.DEFAULT_NOISE`). At each noise level x (x1 is the quietest recorded
 machine; the large grid's box is about x4, its runs without drift correction x6) all of the
 noise is multiplied by x: the between-start shift, the task jitter inside a run and the
-machine's drift. It prints, and writes to docs/decision-sim.md, for the rule before issue 34
-("old": the baseline first in every round, a fixed number of rounds, the recorded noise
-unless an F-test overrides it) and today's rule ("new": alternating order, a conjugate update
-of the prior by the study's own repeats, sequential rounds up to the cap):
+machine's drift. It prints, and writes to docs/decision-sim.md, for today's rule (alternating
+order, a conjugate update of the prior by the study's own repeats, sequential rounds up to the
+cap; the rule before issue 34 ran beside it until 95daa70, `benchmarks/_legacy_rules.py`
+there, and the docs it wrote then keep its rows):
 
 - false wins: every candidate is a copy of the baseline and the export says one beats it
   (goal: at most 5% at every level);
@@ -35,11 +35,10 @@ A study: the baseline and N candidates run once each (the search), then the floo
 the confirmation stage: `tuner.study.stages.confirm.plan_confirmation` picks the top K,
 `round_order` orders each round, and after the first look `tuner.results.export
 .confirmation_look` decides after each round whether to stop; the export is
-`tuner.results.export.choose_export`, all the product's own code. The old rule is
-`_legacy_rules.f_test_paired_ratio` on its own draws, in its own order.
+`tuner.results.export.choose_export`, all the product's own code.
 
-    python benchmarks/decision_sim.py                 # 1000 studies a cell, a few minutes
-    python benchmarks/decision_sim.py --studies 200 --no-write
+    python -m benchmarks.decision_sim                 # 1000 studies a cell, a few minutes
+    python -m benchmarks.decision_sim --studies 200 --no-write
 """
 
 from __future__ import annotations
@@ -61,18 +60,14 @@ from typing import Any
 from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import TrialState, create_trial
 
+from benchmarks.noise_model import OUT as MODEL_FILE
+from benchmarks.noise_model import fit, load_model, load_sessions
 from tuner.attrs import Role, TrialAttr
-from tuner.metrics import DEFAULT_NOISE, BetweenRunNoise, RunOutcomes, holm, makespan, paired
+from tuner.metrics import DEFAULT_NOISE, BetweenRunNoise, RunOutcomes, makespan, paired
 from tuner.results.export import choose_export, confirmation_look
-from tuner.results.export_rule import WIN_ALPHA
 from tuner.results.study_reader import StudyResults, TrialRow
 from tuner.study.space import config_key
 from tuner.study.stages.confirm import ConfirmPlan, plan_confirmation, round_order
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _legacy_rules import f_test_noise_for_study, f_test_paired_ratio
-from noise_model import OUT as MODEL_FILE
-from noise_model import fit, load_model, load_sessions
 
 ROOT = Path(__file__).resolve().parent.parent
 GRID = ROOT / "benchmarks" / "data" / "grid-smollm2-135m-cpu.json"
@@ -423,41 +418,6 @@ def simulate_new(
     return Outcome(exported, machine.index, tuple(i for i in picked if i), done, reason)
 
 
-def simulate_old(
-    rec: Recorded,
-    lvl: Level,
-    rng: random.Random,
-    *,
-    speeds: Sequence[float],
-    plan: ConfirmPlan,
-    noise: BetweenRunNoise = DEFAULT_NOISE,
-    stress: Stress = FITTED,
-) -> Outcome:
-    """The rule before issue 34: baseline first in every round, `plan.rounds` fixed rounds,
-    the recorded noise unless an F-test overrides it, Holm at 2.5%."""
-    machine = _Machine(rec, lvl, rng, stress)
-    search, frozen, _ = _search(machine, speeds)
-    picked = [t.number for t in plan_confirmation(frozen, plan.k)] if plan.enabled else [0]
-    confirm: dict[int, list[RunOutcomes]] = {}
-    for _ in range(plan.rounds if plan.enabled else 1):
-        for i in picked:
-            confirm.setdefault(i, []).append(machine.start(1.0 if i == 0 else speeds[i - 1]))
-    judged = [i for i in picked if i != 0]
-    tests: dict[int, tuple[float, float] | None] = {}
-    if judged:
-        for i in judged:
-            tests[i] = f_test_paired_ratio(confirm[i], confirm[0], noise)
-    else:
-        base_starts = [search[0].tasks_per_hour] + [r.tasks_per_hour for r in confirm[0]]
-        study = f_test_noise_for_study(noise, base_starts)
-        for i in range(1, len(speeds) + 1):
-            tests[i] = f_test_paired_ratio([search[i]], [search[0]], study)
-    winners = holm({k: (v[1] if v else 1.0) for k, v in tests.items()}, WIN_ALPHA)
-    ranked = sorted(((tests[k][0], -k) for k in winners if tests[k]), reverse=True)  # type: ignore[index]
-    exported = -ranked[0][1] if ranked else None
-    return Outcome(exported, machine.index, tuple(judged), plan.rounds if judged else 0)
-
-
 @contextmanager
 def without_set_aside() -> Iterator[None]:
     """The product's verdicts as before issue 44: no round set aside as an outlier
@@ -485,14 +445,12 @@ def run_cell(
     studies: int,
     *,
     seed: int = 0,
-    rule: str = "new",
     scenarios: Sequence[str] = ("aa", "power", "mixed"),
     stress: Stress = FITTED,
 ) -> dict[str, Any]:
-    """False wins, power, wrong exports and mean runs of one rule at noise level x."""
+    """False wins, power, wrong exports and mean runs of the rule at noise level x."""
     rec, lvl = load_recorded(), level(x)
-    sim = simulate_new if rule == "new" else simulate_old
-    out: dict[str, Any] = {"rule": rule, "x": x, "studies": studies, "noise": stress.name}
+    out: dict[str, Any] = {"rule": "new", "x": x, "studies": studies, "noise": stress.name}
     for name in scenarios:
         speeds = {
             "aa": (1.0,) * 5,
@@ -501,9 +459,8 @@ def run_cell(
         }[name]
         tag = "" if stress == FITTED else f"-{stress}"
         rng = random.Random(f"{seed}-{x}-{name}-{plan}{tag}")
-        noise = DEFAULT_NOISE if rule == "new" else OLD_NOISE
         outcomes = [
-            sim(rec, lvl, rng, speeds=speeds, plan=plan, noise=noise, stress=stress)
+            simulate_new(rec, lvl, rng, speeds=speeds, plan=plan, stress=stress)
             for _ in range(studies)
         ]
         runs = sum(o.runs for o in outcomes) / studies
@@ -551,11 +508,6 @@ def _table(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-OLD_PLAN = ConfirmPlan(1, 3)  # the CPU default before issue 34: 3 fixed rounds
-# The prior before issue 34: the quiet box's 0.0238 x sqrt(2) over 10 df.
-OLD_NOISE = BetweenRunNoise(0.0337, 10, "repeated CPU starts (before issue 34)")
-
-
 def default_plan() -> ConfirmPlan:
     """The CPU preset's own stage (what `tuner optimize --gpu cpu` runs)."""
     from tuner.study import load_preset
@@ -580,12 +532,10 @@ def main(argv: list[str] | None = None) -> int:
     new_plan = default_plan()
     rows = []
     for x in levels:
-        old = run_cell(OLD_PLAN, x, args.studies, seed=args.seed, rule="old")
-        new = run_cell(new_plan, x, args.studies, seed=args.seed, rule="new")
-        old["label"] = f"old, --confirm {OLD_PLAN.k},{OLD_PLAN.rounds} fixed"
-        new["label"] = f"new, --confirm {new_plan.k},{new_plan.rounds} (sequential)"
-        rows += [old, new]
-        print("\n".join(_table([old, new])[2:]), flush=True)
+        new = run_cell(new_plan, x, args.studies, seed=args.seed)
+        new["label"] = f"--confirm {new_plan.k},{new_plan.rounds} (sequential)"
+        rows.append(new)
+        print("\n".join(_table([new])[2:]), flush=True)
     stressed = []
     for stress, xs in (
         (SLOW_WALK, sorted({*levels, STRESS_LEVEL})),
@@ -622,7 +572,7 @@ def main(argv: list[str] | None = None) -> int:
     goals["stressed_power_at_level"] = STRESS_LEVEL
     m = model()
     data = {
-        "command": "python benchmarks/decision_sim.py"
+        "command": "python -m benchmarks.decision_sim"
         + (f" --studies {args.studies}" if args.studies != 1000 else "")
         + (f" --levels {args.levels}" if args.levels else "")
         + (f" --out {args.out}" if args.out != OUT else ""),
@@ -639,9 +589,7 @@ def main(argv: list[str] | None = None) -> int:
             "paired_sd": round(paired_sd(1.0), 4),
         },
         "prior_in_tuner": DEFAULT_NOISE.to_json(),
-        "prior_before": OLD_NOISE.to_json(),
         "default_plan": {"k": new_plan.k, "max": new_plan.rounds, "first": new_plan.first_look},
-        "old_plan": {"k": OLD_PLAN.k, "rounds": OLD_PLAN.rounds},
         "mixed_speeds": list(MIXED),
         "true_gain": TRUE_GAIN,
         "goals": goals,
@@ -672,7 +620,7 @@ def _markdown(table: list[str], data: dict[str, Any], stressed: list[str]) -> st
     plan = data["default_plan"]
     return "\n".join(
         [
-            "# Decision simulation: false wins, wrong exports, power and runs, old rule vs new",
+            "# Decision simulation: false wins, wrong exports, power and runs",
             "",
             f"Written by `{data['command']}` (seed {data['seed']}, {data['seconds']} s, "
             f"{data['cpu_seconds']} s of CPU on a shared 2-core box); do not edit by hand. "
@@ -687,9 +635,7 @@ def _markdown(table: list[str], data: dict[str, Any], stressed: list[str]) -> st
             f"a round's paired log ratio then has sd {x1['paired_sd']} before drift. "
             f"x{data['goals']['power_at_level']:g} is the paired CV of 7.3% of a fresh shared "
             "box (the power goal's level); the large grid's box is about x4, its repeats read "
-            "without their drift about x6. "
-            "Old: the rule before issue 34 (baseline first in every round, 3 fixed rounds, "
-            "the recorded noise unless a 5% F-test replaces it). New: today's "
+            "without their drift about x6. The rule: today's "
             f"(`--confirm {plan['k']},{plan['max']}`: rounds alternate their order, the "
             f"verdict's noise is the prior updated by the study's own repeats, and rounds are "
             f"added from round {plan['first']} while undecided, up to {plan['max']}, each "
@@ -703,7 +649,7 @@ def _markdown(table: list[str], data: dict[str, Any], stressed: list[str]) -> st
             "",
             *table,
             "",
-            f"Goals (new rule): false wins <= 5% at every level: "
+            f"Goals: false wins <= 5% at every level: "
             f"{'met' if data['goals_met']['false_wins'] else 'NOT met'}; wrong exports <= 10%: "
             f"{'met' if data['goals_met']['wrong_exports'] else 'NOT met'}; power >= 80% at "
             f"x{data['goals']['power_at_level']:g}: "

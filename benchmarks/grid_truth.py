@@ -22,7 +22,7 @@ machines: one sitting a file), interleaved with the baseline. How much n-gram sp
 helps is a sitting's own (the machine, and how many cores vLLM was given); the differences
 among n-gram configs are shared, so a re-record sharpens the ranking at the top.
 
-    python benchmarks/grid_truth.py [--data GRID.json ...] [--draws 4000] [--out FILE]
+    python -m benchmarks.grid_truth [--data GRID.json ...] [--draws 4000] [--out FILE]
 
 Writes benchmarks/data/grid-truth-<grid>.json: the parameters with 95% intervals, each config's
 posterior mean and interval, P(best), P(within 5% of the best), the ranking, every run with its
@@ -41,8 +41,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _truth_model import Design, Run, choose_interactions, fit
 
+from benchmarks._truth_model import Design, Run, choose_interactions, fit
 from tuner.study.space import config_key
 
 HERE = Path(__file__).resolve().parent
@@ -191,11 +191,11 @@ def rerecord_plan(truth: dict[str, Any], top: int = TOP) -> dict[str, Any]:
         ),
         # record_grid takes the heavy lock for each run itself (do not wrap it in flock).
         "command": (
-            "nohup .venv/bin/python benchmarks/record_grid.py --space large --rerecord "
+            "nohup .venv/bin/python -m benchmarks.record_grid --space large --rerecord "
             "benchmarks/data/grid-truth-smollm2-135m-cpu-large.json > /tmp/rerecord.log 2>&1 &"
         ),
         "dry_run": (
-            ".venv/bin/python benchmarks/record_grid.py --space large --rerecord "
+            ".venv/bin/python -m benchmarks.record_grid --space large --rerecord "
             "benchmarks/data/grid-truth-smollm2-135m-cpu-large.json --dry-run"
         ),
     }
@@ -204,7 +204,7 @@ def rerecord_plan(truth: dict[str, Any], top: int = TOP) -> dict[str, Any]:
 def build(paths: list[Path], draws: int, keep: int, seed: int = 36) -> dict[str, Any]:
     """Fit and summarize: the truth file's content."""
     large = json.loads(paths[0].read_text())
-    from _grid_replay import GridTable
+    from benchmarks._grid_replay import GridTable
 
     table = GridTable(large)
     configs = [table.configs[k].params for k in table.order if table.configs[k].ok]
@@ -218,7 +218,7 @@ def build(paths: list[Path], draws: int, keep: int, seed: int = 36) -> dict[str,
             "docstring). mu is log tasks/h at the reference sitting; regret of a config in a "
             "draw is 1 - exp(mu - max mu)."
         ),
-        "command": "python benchmarks/grid_truth.py " + " ".join(sys.argv[1:]),
+        "command": "python -m benchmarks.grid_truth " + " ".join(sys.argv[1:]),
         "data": [_rel(p) for p in paths],
         "interactions": chosen,
         "n_runs": len(runs),
@@ -320,5 +320,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(HERE))
     raise SystemExit(main())

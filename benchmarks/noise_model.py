@@ -39,8 +39,8 @@ in sds per hour of its own session, so it grows with the noise when the simulati
 the simulation draws a study's slope with the root mean square of the sessions' (weighed by the
 hours each spanned).
 
-    python benchmarks/noise_model.py             # writes benchmarks/data/noise-model.json
-    python benchmarks/noise_model.py --no-write  # prints it
+    python -m benchmarks.noise_model             # writes benchmarks/data/noise-model.json
+    python -m benchmarks.noise_model --no-write  # prints it
 """
 
 from __future__ import annotations
@@ -362,7 +362,7 @@ def fit(sessions: list[Session]) -> dict[str, Any]:
         del x["_ss"]
     return {
         "about": (
-            "Written by `python benchmarks/noise_model.py` from every grid-*.json and "
+            "Written by `python -m benchmarks.noise_model` from every grid-*.json and "
             "repeatability-*.json record in benchmarks/data; do not edit by hand. Log tasks/h "
             "of fresh starts: y = config mean + drift x hours + between-start scale x Student "
             "t(nu); task log seconds jitter within a run by task_sd. Intervals are 95%."
@@ -437,7 +437,7 @@ def _round_fit(f: dict[str, Any]) -> dict[str, Any]:
 
 
 def load_model(path: Path = OUT) -> dict[str, Any]:
-    """The written model (`python benchmarks/noise_model.py` writes it)."""
+    """The written model (`python -m benchmarks.noise_model` writes it)."""
     return dict(json.loads(path.read_text()))
 
 

@@ -51,43 +51,41 @@ Each evaluation takes the shared heavy lock (`/tmp/tuner-heavy.lock`) for itself
 users of the box interleave. The file is rewritten after every run and runs already in it are
 skipped, so a killed recorder resumes. Re-record with:
 
-    nohup .venv/bin/python benchmarks/record_grid.py > /tmp/record_grid.log 2>&1 &
-    nohup .venv/bin/python benchmarks/record_grid.py --space large > /tmp/grid_large.log 2>&1 &
-    .venv/bin/python benchmarks/record_grid.py --space large --dry-run   # the plan, no server
+    nohup .venv/bin/python -m benchmarks.record_grid > /tmp/record_grid.log 2>&1 &
+    nohup .venv/bin/python -m benchmarks.record_grid --space large > /tmp/grid_large.log 2>&1 &
+    .venv/bin/python -m benchmarks.record_grid --space large --dry-run   # the plan, no server
 """
 
 from __future__ import annotations
 
 import argparse
 import fcntl
+import functools
 import json
 import os
 import platform
 import random
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import fmean
 from typing import Any
 
-from _evaluate import request_for
-from _machine import machine_record
-
+from benchmarks._evaluate import fresh_start
+from benchmarks._machine import machine_record
 from tuner.models import prepare
 from tuner.settings import get_settings
 from tuner.study.space import Preset, config_key, load_preset
-from tuner.study.trial.evaluate import ThroughputPlan, TrialResult, evaluate
-from tuner.workload import RunProgress
+from tuner.study.trial.evaluate import ThroughputPlan, TrialResult
 
 DATA = Path(__file__).resolve().parent / "data" / "grid-smollm2-135m-cpu.json"
 LARGE_DATA = DATA.with_name("grid-smollm2-135m-cpu-large.json")
 LOCK = Path("/tmp/tuner-heavy.lock")
 DATA_LOCK = Path("/tmp/tuner-grid-data.lock")
-COMMAND = "nohup .venv/bin/python benchmarks/record_grid.py > /tmp/record_grid.log 2>&1 &"
+COMMAND = "nohup .venv/bin/python -m benchmarks.record_grid > /tmp/record_grid.log 2>&1 &"
 LARGE_COMMAND = (
-    "nohup .venv/bin/python benchmarks/record_grid.py --space large > /tmp/grid_large.log 2>&1 &"
+    "nohup .venv/bin/python -m benchmarks.record_grid --space large > /tmp/grid_large.log 2>&1 &"
 )
 NOISE_REPEATS = 2  # extra runs of each noise config: three runs in all
 # The trimmed space (see the module docstring); everything else is the shipped CPU preset.
@@ -233,7 +231,7 @@ def plan(
     (the baseline's first, so a partial recording can already be replayed). An earlier plan
     recorded the configs with the baseline's KV cache first and the other size an hour later:
     the large grid's KV figure cannot be told from that hour's drift (its repeats read lower
-    late than early), which is why `benchmarks/knob_ab.py` measures a knob interleaved. Spread
+    late than early), so a knob is judged from interleaved fresh starts instead. Spread
     out, the repeats see drift, and no knob's values are recorded at different times.
     """
     configs = [config_key(p) for p in grid(preset)]
@@ -319,8 +317,8 @@ def _new_data(preset: Preset, grid_plan: GridPlan) -> dict[str, Any]:
             f"Every configuration of the {grid_plan.name} smollm2-135m CPU space evaluated by "
             "tuner.study.trial.evaluate.evaluate on the real vLLM CPU build (replay workload: load "
             "shape, not graded answers), plus noise repeats; runs with a 'source' were taken "
-            "from tuner studies run on the same machine (--harvest). Why this space: see "
-            "benchmarks/record_grid.py's docstring."
+            "from tuner studies run on the same machine (--harvest, removed after 95daa70). "
+            "Why this space: see benchmarks/record_grid.py's docstring."
         ),
         "command": grid_plan.command,
         "machine": f"{platform.node()} {os.cpu_count()} cores",
@@ -345,7 +343,7 @@ def _runs_of(data: dict[str, Any], key: str) -> int:
 
 
 def _append(path: Path, entries: list[dict[str, Any]]) -> None:
-    """Add runs to the file under its own lock: the recorder and a harvest may both write."""
+    """Add runs to the file under its own lock: two recorders may write it."""
     with DATA_LOCK.open("a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         data = _load(path)
@@ -365,9 +363,6 @@ def main() -> int:
     )
     parser.add_argument("--out", type=Path, default=None, help="default: the grid's data file")
     parser.add_argument("--limit", type=int, default=None, help="stop after this many runs")
-    parser.add_argument(
-        "--harvest", nargs="+", metavar="URL", help="take grid runs from these study storages"
-    )
     parser.add_argument(
         "--dry-run", action="store_true", help="list the runs to go and their estimated time"
     )
@@ -391,7 +386,7 @@ def main() -> int:
     grid_plan = PLANS[args.space]
     preset = grid_plan.preset()
     if args.rerecord is not None:
-        from _rerecord import rerecord
+        from benchmarks._rerecord import rerecord
 
         name = grid_plan.data.name.replace("grid-", "grid-rerecord-", 1)
         out = args.out or grid_plan.data.with_name(name)
@@ -415,16 +410,6 @@ def main() -> int:
         # does not make the recording a different one.
         print(f"{args.out} was recorded with another preset; move it away first", file=sys.stderr)
         return 2
-    if args.harvest:
-        from _harvest import harvest
-
-        data = _load(args.out) or {}
-        keys = {config_key(p) for p in grid(preset)}
-        taken = {r["source"] for r in data["runs"] if "source" in r}
-        found = [e for url in args.harvest for e in harvest(url, preset, keys, taken, _run_entry)]
-        _append(args.out, found)
-        print(f"harvested {len(found)} runs: {[e['source'] for e in found]}")
-        return 0
     return _record(args.out, preset, grid_plan, args.limit)
 
 
@@ -524,23 +509,14 @@ def other_machine(data: dict[str, Any], here: dict[str, Any]) -> str | None:
 def evaluate_once(preset: Preset, params: dict[str, Any], number: int) -> dict[str, Any]:
     """One fresh-server run of `params` under the heavy lock, as a run entry (no plain
     benchmark: `--rerecord` compares tasks/h only)."""
-    cache = get_settings().cache_path()
-    model_path = str(prepare(preset.model.prepare or "smollm2-135m", cache))
-    progress: list[list[float]] = []
-
-    def on_progress(p: RunProgress) -> None:
-        progress.append([p.tasks_done, p.successes, round(p.elapsed_s, 3)])
-
-    with LOCK.open("a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        load_before = os.getloadavg()[0]
-        request = request_for(
-            preset, params, model_path=model_path, cache_dir=cache, study="rerecord", number=number
-        )
-        result = evaluate(request, on_progress=on_progress)
-    entry = _run_entry(config_key(params), 0, result, progress)
-    entry["load_1min"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
-    entry["recorded_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    model_path = str(prepare(preset.model.prepare or "smollm2-135m", get_settings().cache_path()))
+    run = fresh_start(
+        preset, params, model_path=model_path, cache_dir=get_settings().cache_path(),
+        study="rerecord", number=number, lock=LOCK,
+    )  # fmt: skip
+    assert run is not None  # nothing to skip without `wanted`
+    entry = _run_entry(config_key(params), 0, run.result, run.progress)
+    entry["load_1min"], entry["recorded_at"] = list(run.load_1min), run.recorded_at
     entry.pop("params"), entry.pop("rep")
     return entry
 
@@ -565,34 +541,23 @@ def _record(path: Path, preset: Preset, grid_plan: GridPlan, limit: int | None) 
         output_tokens=preset.throughput_output_tokens,
     )
     redone: set[tuple[str, int]] = set()
+
+    def wanted(key: str) -> bool:
+        return _runs_of(_load(path) or {"runs": []}, key) < planned[key]
+
     for i, (key, rep) in enumerate(todo):
-        params = json.loads(key)
-        progress: list[list[float]] = []
-
-        def on_progress(p: RunProgress, progress: list[list[float]] = progress) -> None:
-            progress.append([p.tasks_done, p.successes, round(p.elapsed_s, 3)])
-
-        waited = time.monotonic()
-        with LOCK.open("a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            waited = time.monotonic() - waited
-            # Skip only when the config already has every run the plan asks of it (a harvest
-            # may have added one while this waited for the lock). A per-repeat check skipped a
-            # needed run when a later repeat happened to be recorded first: the plan's repeats
-            # are counts, not labels.
-            if _runs_of(_load(path) or {"runs": []}, key) >= planned[key]:
-                continue
-            load_before = os.getloadavg()[0]
-            request = request_for(
-                preset,
-                params,
-                model_path=model_path,
-                cache_dir=cache,
-                study="grid",
-                number=i,
-                throughput=plan_,
-            )
-            result = evaluate(request, on_progress=on_progress)
+        # Skip only when the config already has every run the plan asks of it (another recorder
+        # may have added one while this waited for the lock). A per-repeat check skipped a needed
+        # run when a later repeat happened to be recorded first: the plan's repeats are counts,
+        # not labels.
+        run = fresh_start(
+            preset, json.loads(key), model_path=model_path, cache_dir=cache, study="grid",
+            number=i, lock=LOCK, throughput=plan_,
+            wanted=functools.partial(wanted, key),
+        )  # fmt: skip
+        if run is None:
+            continue
+        result = run.result
         if cold := cold_start(result, _load(path) or {"runs": []}):
             # Not this config's cost: run it again at the end (once; a resume tries again).
             again = (key, rep) not in redone
@@ -605,18 +570,17 @@ def _record(path: Path, preset: Preset, grid_plan: GridPlan, limit: int | None) 
                 redone.add((key, rep))
                 todo.append((key, rep))
             continue
-        entry = _run_entry(key, rep, result, progress)
+        entry = _run_entry(key, rep, result, run.progress)
         # The 1-minute load average as the run started and ended: a run is evidence only on an
         # otherwise idle box (vLLM itself keeps the load near 2 on 2 cores).
-        entry["load_1min"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
-        entry["recorded_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        entry["load_1min"], entry["recorded_at"] = list(run.load_1min), run.recorded_at
         entry["cpu"] = here
         _append(path, [entry])
         print(
             f"[{i + 1}/{len(todo)}] {entry['recorded_at']} {key} rep {rep}: "
             f"{entry.get('tasks_per_hour')} tasks/h, wall {entry['wall_s']} s, "
             f"failure {entry['failure_kind']}, load {entry['load_1min']}, "
-            f"waited {waited:.0f} s for the lock",
+            f"waited {run.waited_s:.0f} s for the lock",
             flush=True,
         )
     return 0

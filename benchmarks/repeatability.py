@@ -22,7 +22,7 @@ docs/repeatability.md, every recorded machine's figures side by side.
 With `--lock FILE` each server run takes that flock(2) lock, so a shared machine's other users
 get their turn between runs.
 
-    python benchmarks/repeatability.py [--model smollm2-135m --gpu cpu] [--rounds 3]
+    python -m benchmarks.repeatability [--model smollm2-135m --gpu cpu] [--rounds 3]
         [--ngram 3,2,3] [--tasks N] [--agents N] [--lock /tmp/tuner-heavy.lock] [--json FILE]
 """
 
@@ -30,20 +30,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 from pathlib import Path
 from typing import Any
 
-from _evaluate import locked, request_for
-from _machine import baseline_and_ngram, load_average, machine_record
-
+from benchmarks._evaluate import fresh_start
+from benchmarks._machine import baseline_and_ngram, load_average, machine_record
 from tuner.metrics import RunOutcomes, judge_outputs, match_rates, paired_ratio
 from tuner.metrics.drift import MIN_CHANGE, detect_trend, first_round_gap
 from tuner.settings import get_settings
 from tuner.study import load_preset
-from tuner.study.trial.evaluate import TrialResult, evaluate
+from tuner.study.trial.evaluate import TrialResult
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "repeatability.md"
@@ -93,36 +91,30 @@ def main() -> int:
     # as the server's, so the figures say how quiet the machine was.
     loads: list[float] = []
     loads_after: list[float] = []
-    number = 0
-    for round_ in range(args.rounds):
-        for name, params in configs.items():
-            request = request_for(
-                preset,
-                params,
-                model_path=model_path,
-                cache_dir=get_settings().cache_path(),
-                study="repeatability",
-                number=number,
-            )
-            number += 1
-            with locked(args.lock):
-                load_before = os.getloadavg()[0]
-                result = evaluate(request)
-                load_after = os.getloadavg()[0]
-            loads.append(load_before)
-            loads_after.append(load_after)
-            if result.workload is None or result.failure_kind:
-                print(f"round {round_} {name}: failed: {result.failure_reason}", file=sys.stderr)
-                return 1
-            runs[name].append(result)
-            w = result.workload
-            print(
-                f"round {round_} {name}: {w.tasks_per_hour:,.1f} tasks/h "
-                f"({w.successes}/{w.tasks} in {w.scored_wall_s:.1f} s), startup "
-                f"{result.startup_s:.1f} s, warm-up {_warmup_s(result):.1f} s, load average "
-                f"{load_before:.2f} at its start, {load_after:.2f} at its end",
-                flush=True,
-            )
+    model_cache = get_settings().cache_path()
+    for number, (round_, name) in enumerate(
+        (r, name) for r in range(args.rounds) for name in configs
+    ):
+        run = fresh_start(
+            preset, configs[name], model_path=model_path, cache_dir=model_cache,
+            study="repeatability", number=number, lock=args.lock,
+        )  # fmt: skip
+        assert run is not None  # nothing to skip without `wanted`
+        result, (load_before, load_after) = run.result, run.load_1min
+        loads.append(load_before)
+        loads_after.append(load_after)
+        if result.workload is None or result.failure_kind:
+            print(f"round {round_} {name}: failed: {result.failure_reason}", file=sys.stderr)
+            return 1
+        runs[name].append(result)
+        w = result.workload
+        print(
+            f"round {round_} {name}: {w.tasks_per_hour:,.1f} tasks/h "
+            f"({w.successes}/{w.tasks} in {w.scored_wall_s:.1f} s), startup "
+            f"{result.startup_s:.1f} s, warm-up {_warmup_s(result):.1f} s, load average "
+            f"{load_before:.2f} at its start, {load_after:.2f} at its end",
+            flush=True,
+        )
     figures = _figures(runs, preset.workload.model_dump(mode="json"))
     figures["configs"] = configs
     figures["load_average_at_start"] = [round(x, 2) for x in loads]

@@ -14,11 +14,12 @@ leaves the recorded run as it was, for a change of the preset's defaults.
 
 Without arguments after `--` it runs the README's main command (`README_ARGS`: `--model
 smollm2-135m --gpu cpu --budget 20m`: a verdict within 20 min on any CPU). The study goes to a
-fresh SQLite file in a temp directory. `--lock FILE` takes that lock (flock) before starting, and the clock starts once it is
-held. The file holds the command, the machine (cores, load average at the start), the wall time,
-everything the command printed (its progress lines: output to a file is not a terminal), the
-export, and the plan line that the README's main command prints at its start, so the README's
-figures about a first run all come from here (tests/unit/test_readme_figures.py checks them).
+fresh SQLite file in a temp directory. `--lock FILE` takes that lock (flock) before starting,
+and the clock starts once it is held. The file holds the command, the machine (cores, load
+average at the start), the wall time, everything the command printed (its progress lines:
+output to a file is not a terminal), the export, and the plan line that the README's main
+command prints at its start, so the README's figures about a first run all come from here
+(tests/unit/test_readme_figures.py checks them).
 """
 
 from __future__ import annotations

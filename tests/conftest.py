@@ -30,10 +30,10 @@ POSTGRES_ADMIN_URL = os.environ.get(
 # Suites too slow for every CI run: each is left out of a plain `pytest` unless asked for by
 # `-m` (any expression naming the marker), by its environment variable, or by
 # benchmarks/faults.py (TUNER_FAULTS_OUTCOMES). `kill` costs about 13 min of real servers here,
-# `faults` about 23 min, `extended` (real-vLLM tests beyond CI's core: each checks one part
-# that the core tests do not reach, on servers of its own) about 12 min on a Zen 4 and about
-# twice that on a Zen 3; CI stays under its time budget on the slowest box without them
-# (docs/ci.md, "What CI runs").
+# `faults` about 45 min (2,684 s on a loaded 2-core Xeon, 2026-12-05), `extended` (real-vLLM
+# tests beyond CI's core: each checks one part that the core tests do not reach, on servers of
+# its own) about 12 min on a Zen 4 and about twice that on a Zen 3; CI stays under its time
+# budget on the slowest box without them (docs/ci.md, "What CI runs").
 SLOW_SUITES = {
     "faults": ("TUNER_FAULTS", "TUNER_FAULTS_OUTCOMES"),
     "kill": ("TUNER_KILL",),

@@ -13,17 +13,13 @@ from __future__ import annotations
 
 import json
 import math
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from decision_sim import (
+from benchmarks.decision_sim import (
     GOAL_FALSE_WIN,
     GOAL_POWER,
     GOAL_WRONG,
-    OLD_PLAN,
     default_plan,
     level,
     model,
@@ -31,8 +27,7 @@ from decision_sim import (
     power_level,
     run_cell,
 )
-from noise_model import OUT, fit, load_sessions
-
+from benchmarks.noise_model import OUT, fit, load_sessions
 from tuner.metrics import DEFAULT_NOISE
 
 
@@ -57,13 +52,6 @@ def test_a_true_gain_is_found_at_the_noise_of_a_fresh_shared_box() -> None:
     assert paired_sd(power_level()) == pytest.approx(0.073, abs=0.001)
     row = run_cell(default_plan(), power_level(), 300, seed=1, scenarios=("power",))
     assert row["power"] >= GOAL_POWER, row
-
-
-def test_the_old_rule_misses_the_goals_the_new_one_meets() -> None:
-    # The rule before issue 34 (baseline first, 3 fixed rounds, an F-test that rarely fires)
-    # at the same noise: it misses the power goal by far.
-    row = run_cell(OLD_PLAN, power_level(), 150, seed=1, rule="old", scenarios=("power",))
-    assert row["power"] < GOAL_POWER - 0.15, row
 
 
 def test_the_simulation_draws_the_fitted_model_not_the_products_prior() -> None:

@@ -8,13 +8,9 @@ once with nothing fitted (a per-study sd over 3-15%, AR(1), curved drift), on a 
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from decision_sim import (
+from benchmarks.decision_sim import (
     GOAL_FALSE_WIN,
     GOAL_POWER,
     INDEPENDENT,

@@ -9,15 +9,12 @@ them through real pytest with the plugin, and the counts come from its reports.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
+from benchmarks import faults
+from tests.faults.tally import summarize
+
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-import faults  # noqa: E402 (benchmarks/faults.py)
-
-from tests.faults.tally import summarize  # noqa: E402
 
 FAULTS = """
 import pytest

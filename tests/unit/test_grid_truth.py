@@ -11,21 +11,14 @@ from __future__ import annotations
 import json
 import math
 import random
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
-sys.path.insert(0, str(BENCH))
-
-import _rerecord  # noqa: E402
-import grid_truth  # noqa: E402
-import record_grid  # noqa: E402
-from _grid_replay import LARGE_DATA, GridTable  # noqa: E402
-
-from tuner.study.space import config_key  # noqa: E402
+from benchmarks import _rerecord, grid_truth, record_grid
+from benchmarks._grid_replay import LARGE_DATA, GridTable
+from tuner.study.space import config_key
 
 TABLE = GridTable.load(LARGE_DATA)
 CONFIGS = [TABLE.configs[k].params for k in TABLE.order]

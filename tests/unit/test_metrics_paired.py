@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import math
 import random
-import sys
-from pathlib import Path
 
 import pytest
 from scipy import stats
 
+from benchmarks.decision_sim import load_recorded, simulated_run
 from tuner.metrics import (
     DEFAULT_NOISE,
     BetweenRunNoise,
@@ -29,10 +28,6 @@ from tuner.metrics import (
     two_proportion_drop,
 )
 from tuner.metrics.noise import combine_noise, noise_for_study
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from _legacy_rules import legacy_paired_ratio
-from decision_sim import load_recorded, simulated_run
 
 
 def _rounds(speed: float, n: int, seed: int) -> tuple[list[RunOutcomes], list[RunOutcomes]]:
@@ -70,15 +65,14 @@ def test_the_one_sided_p_is_the_t_tail_in_closed_form() -> None:
 
 def test_one_round_interval_is_the_between_run_term() -> None:
     # The H200 case of issue 21: one round at x1.036 with every task a little faster. The old
-    # task bootstrap called it a win on an interval a few thousandths wide; one run cannot show
-    # how much a whole run moves, so the interval is the recorded run-to-run noise.
+    # task bootstrap called it a win on an interval a few thousandths wide (benchmarks/
+    # _legacy_rules.py at 95daa70); one run cannot show how much a whole run moves, so the
+    # interval is the recorded run-to-run noise.
     rec = load_recorded()
     base = simulated_run(rec, random.Random(1), 1.0)
     cand = RunOutcomes(
         tuple((t, ok, s / 1.036) for t, ok, s in base.outcomes), base.wall_s / 1.036, 2
     )
-    old = legacy_paired_ratio([cand], [base])
-    assert old is not None and old.beats and old.high - old.low < 0.01
     new = paired_ratio([cand], [base])
     assert new is not None and new.rounds == 1 and new.ratio == pytest.approx(1.036)
     half = stats.t.ppf(0.975, DEFAULT_NOISE.df) * DEFAULT_NOISE.log_sd

@@ -4,7 +4,7 @@ changes are flagged.
 `tuner.testing.fake_vllm` stands in for what a real CPU build cannot be made to do on purpose:
 a speculative server that flips a near-tie (as rounding does on some machines) and one that
 changes a clear token (as a broken config would). The real build's verdict on the n-gram
-config is measured by benchmarks/probe_check.py (docs/correctness-probe.md).
+config is measured by benchmarks/probe_check.py at 95daa70 (docs/correctness-probe.md).
 """
 
 from __future__ import annotations

@@ -13,12 +13,10 @@ from pathlib import Path
 
 import optuna
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
-sys.path.insert(0, str(BENCH))
+from benchmarks import record_grid
+from tuner.study.search.sampling import enumerate_space
 
-import record_grid  # noqa: E402
-
-from tuner.study.search.sampling import enumerate_space  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_large_grid_has_48_configs_and_4_noise_configs_run_3_times() -> None:
@@ -51,9 +49,9 @@ def test_the_large_grid_has_its_own_file_and_keeps_the_old_one() -> None:
 def test_a_dry_run_lists_the_plan_and_its_time_and_writes_nothing(tmp_path: Path) -> None:
     out = tmp_path / "grid.json"
     proc = subprocess.run(
-        [sys.executable, str(BENCH / "record_grid.py"), "--space", "large", "--dry-run",
+        [sys.executable, "-m", "benchmarks.record_grid", "--space", "large", "--dry-run",
          "--out", str(out)],
-        capture_output=True, text=True, check=False, timeout=120,
+        capture_output=True, text=True, check=False, timeout=120, cwd=ROOT,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
@@ -73,9 +71,8 @@ def test_the_replay_reads_a_large_grid_file_and_its_finished_half_alone() -> Non
     import json
     import random
 
-    from _grid_replay import GridTable
-    from _grid_replay_backend import GridReplayBackend
-
+    from benchmarks._grid_replay import GridTable
+    from benchmarks._grid_replay_backend import GridReplayBackend
     from tuner.study.search.driver import request_factory
     from tuner.study.search.loop import LoopSettings, StudyLoop
 

@@ -6,20 +6,17 @@ from __future__ import annotations
 import json
 import math
 import random
-import sys
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from benchmarks.decision_sim import load_recorded
 from tuner.metrics import RunOutcomes
 from tuner.results import choose_export, load_results, render_export
 from tuner.results.decision import judge_study
 from tuner.results.report import summary_lines
 from tuner.testing.sample import SampleScore, write_sample_study
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from decision_sim import load_recorded
 
 BASE_PROBE = [[100 + i, 7, 8, 9, 10, 11, 12, 13] for i in range(16)]
 

@@ -9,23 +9,18 @@ from __future__ import annotations
 import copy
 import json
 import random
-import sys
 from pathlib import Path
 
 import optuna
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
-sys.path.insert(0, str(BENCH))
-
-import record_grid  # noqa: E402
-from _grid_replay import DATA, LARGE_DATA, GridTable, closed_loop  # noqa: E402
-from _grid_replay_backend import GridReplayBackend  # noqa: E402
-
-from tuner.study.search.driver import request_factory  # noqa: E402
-from tuner.study.search.loop import LoopSettings, StudyLoop  # noqa: E402
-from tuner.study.search.sampling import enumerate_space  # noqa: E402
-from tuner.study.space import config_key  # noqa: E402
+from benchmarks import record_grid
+from benchmarks._grid_replay import DATA, LARGE_DATA, GridTable, closed_loop
+from benchmarks._grid_replay_backend import GridReplayBackend
+from tuner.study.search.driver import request_factory
+from tuner.study.search.loop import LoopSettings, StudyLoop
+from tuner.study.search.sampling import enumerate_space
+from tuner.study.space import config_key
 
 RECORDED = json.loads(DATA.read_text())
 OK_RUNS = [r for r in RECORDED["runs"] if r["failure_kind"] is None and r.get("tasks")]

@@ -11,21 +11,18 @@ from __future__ import annotations
 
 import copy
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
+from benchmarks import _se_budget as budget
+from benchmarks import _se_write as write
+from benchmarks._grid_replay import LARGE_DATA
+from benchmarks.grid_truth import load_draws, truth_path
+from tuner.results.export_rule import Look
+from tuner.study.stages import confirm
+
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-import _se_budget as budget  # noqa: E402
-import _se_write as write  # noqa: E402
-from _grid_replay import LARGE_DATA  # noqa: E402
-from grid_truth import load_draws, truth_path  # noqa: E402
-
-from tuner.results.export_rule import Look  # noqa: E402
-from tuner.study.stages import confirm  # noqa: E402
 
 README = ROOT / "README.md"
 
@@ -125,9 +122,9 @@ def test_the_chosen_splits_are_written_for_the_planner() -> None:
 
 
 def test_the_split_file_never_takes_the_table_s_place() -> None:
-    import sample_efficiency as se
+    from benchmarks import sample_efficiency as se
 
-    out = se.out_path(LARGE_DATA, total=True)
+    out = se.out_path(LARGE_DATA)
     assert out.name == "sample-efficiency-total-smollm2-135m-cpu-large.md"
     assert se.split_path(out).name == "sample-efficiency-split-smollm2-135m-cpu-large.json"
     assert se.seeds_path(out).name == "sample-efficiency-seeds-total-smollm2-135m-cpu-large.json"

@@ -8,24 +8,19 @@ are PRUNED, cost what they ran, and say at which rung they stopped.
 from __future__ import annotations
 
 import random
-import sys
 from pathlib import Path
 
 import optuna
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
-sys.path.insert(0, str(BENCH))
-
-from _grid_replay import DATA, GridTable  # noqa: E402
-from _grid_replay_backend import GridReplayBackend  # noqa: E402
-
-from tests.conftest import stub_cluster_join  # noqa: E402
-from tuner.attrs import Role, TrialAttr  # noqa: E402
-from tuner.study.search.driver import request_factory  # noqa: E402
-from tuner.study.search.loop import LoopSettings, StudyLoop  # noqa: E402
-from tuner.study.search.pruning import PruneRule, RunningRate, ScreenRule, binomial_upper  # noqa: E402
-from tuner.study.space import load_preset  # noqa: E402
+from benchmarks._grid_replay import DATA, GridTable
+from benchmarks._grid_replay_backend import GridReplayBackend
+from tests.conftest import stub_cluster_join
+from tuner.attrs import Role, TrialAttr
+from tuner.study.search.driver import request_factory
+from tuner.study.search.loop import LoopSettings, StudyLoop
+from tuner.study.search.pruning import PruneRule, RunningRate, ScreenRule, binomial_upper
+from tuner.study.space import load_preset
 
 RULE = ScreenRule(rungs=(1 / 4, 1 / 2), slack=0.20)
 BEST = {1: 900.0, 3: 700.0, 6: 720.0, 12: 716.0}  # the best trial's tasks/h by finished tasks

@@ -44,7 +44,8 @@ PROBE_MAX_TOKENS: Final = 32
 # One prompt at a time: on the CPU build, which prompts share a batch changes the greedy answers
 # (near-ties flip), and 4 in flight gave the baseline different answers from one start to the
 # next while 1 at a time gave identical ones (docs/correctness-probe.md, from
-# benchmarks/probe_check.py). It costs about 20 s more per trial on 2 cores (16 x 32 tokens).
+# benchmarks/probe_check.py at 95daa70). It costs about 20 s more per trial on 2 cores (16 x 32
+# tokens).
 PROBE_IN_FLIGHT: Final = 1
 # Top-k log-probabilities per output position: enough to find the candidate's token among the
 # baseline's near-ties (outside them the margin is a lower bound, which is all a clear change

@@ -132,7 +132,7 @@ def _raw_spec_keys(preset: Preset) -> list[str]:
     return keys
 
 
-def _adjust(
+def _adjust(  # noqa: C901 (one step per knob the space may hold, suffix's included)
     preset: Preset, caps: VllmCapabilities, say: Callable[[str], None]
 ) -> tuple[Preset, list[str]]:
     """The preset without the searched knobs `caps` lacks, and the fixed ones it refuses."""

@@ -184,7 +184,7 @@ class StudyLoop:
 
     # ---- the loop -------------------------------------------------------------------------
 
-    def run(self) -> LoopOutcome:
+    def run(self) -> LoopOutcome:  # noqa: C901 (the loop's states: recover, place, wait, drain)
         """Run until the target is met (or the queue is empty) and nothing runs."""
         recovered = tuple(recover(self.study, self.store))
         resumed = False

@@ -34,7 +34,8 @@ stopped (PRUNED: it costs what it ran and is never exported); one at or above it
 rung decided is a trial attribute (`rung`, `screened_out_at`). Successive halving keeps a
 fixed share per rung; this keeps every candidate that could still win, so a study never loses
 its answer to a quota. The rungs and slack were chosen on the recorded grid
-(benchmarks/screening_rules.py, benchmarks/sample_efficiency.py --screening; docs/decisions.md).
+(benchmarks/screening_rules.py and benchmarks/sample_efficiency.py --screening at 95daa70;
+docs/decisions.md).
 """
 
 from __future__ import annotations

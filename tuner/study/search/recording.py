@@ -29,7 +29,7 @@ __all__ = ["CONSTRAINT_NAME", "measurement_attrs", "record_result"]
 CONSTRAINT_NAME = "fits_on_card"
 
 
-def measurement_attrs(result: TrialResult) -> dict[str, Any]:
+def measurement_attrs(result: TrialResult) -> dict[str, Any]:  # noqa: C901 (one if per optional field)
     """The user attributes optuna-dashboard shows for a trial."""
     attrs: dict[str, Any] = {
         TrialAttr.SERVER_SPEC: result.spec.model_dump(mode="json"),

@@ -53,10 +53,10 @@ EXTRA_ROLES: Final = (Role.CONTROL, Role.CONFIRM, Role.BASELINE_RERUN)
 # runs of drift: with K = 5, 4 x 0.76% = 3.0%, under one start's sd (5.4% at the interval's
 # end, about one sd), for 1 extra start in 5 (a 20-trial search: 3 re-runs, 4 baseline
 # starts, 2 df for the noise once a drift line is fitted). K = 10 leaves 6.8% (12%), more than
-# a start's sd; K = 3 costs 1 start in 3. benchmarks/search_drift_sim.py simulates a search of
-# copies at the fitted drifts (docs/decisions.md: K = 5 keeps a copy's mean |log ratio| at
-# 0.047-0.049 against 0.07-0.14 without re-runs); benchmarks/decision_sim.py simulates the
-# confirmation, not the search.
+# a start's sd; K = 3 costs 1 start in 3. benchmarks/search_drift_sim.py (at 95daa70)
+# simulated a search of copies at the fitted drifts (docs/decisions.md: K = 5 keeps a copy's
+# mean |log ratio| at 0.047-0.049 against 0.07-0.14 without re-runs); benchmarks/decision_sim.py
+# simulates the confirmation, not the search.
 DEFAULT_BASELINE_EVERY: Final = 5
 
 # FAIL kinds that say nothing about the config: the driver or its worker went away, or the

@@ -5,7 +5,7 @@ interleaved), the load sweep (`load_sweep`: the finalists at several agent count
 controls of `tuner explain` (`controls`: the baseline cut to a candidate's KV cache, the
 candidate without block drop).
 
-May import: `tuner.study.search` (to queue and run trials), `tuner.study.trial`,
-`tuner.study.space`, `tuner.results` (the export rule and the study reader: a stage decides
-with the same rules `tuner export` uses) and tuner's lower packages.
+May import: `tuner.study.search` (to queue and run trials), `tuner.study.space`,
+`tuner.results` (the export rule and the study reader: a stage decides with the same rules
+`tuner export` uses) and tuner's lower packages.
 """

@@ -297,7 +297,7 @@ def _evaluate(
     raise AssertionError("unreachable: the second attempt always returns")
 
 
-def _measure(
+def _measure(  # noqa: C901, PLR0913 (steps 3-5 in order, each with its abort check)
     request: TrialRequest,
     handle: Any,
     spec: ServerSpec,
