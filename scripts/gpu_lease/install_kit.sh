@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The gpu-kit's install.sh with two changes for the lease's clock: xz decompresses on every
-# core (the kit is multi-block) where `xz` exists, and the kit's Python files are byte-compiled
-# (pip --no-compile built it) in the background once unpacked.
+# The gpu-kit's install.sh with one change for the lease's clock: xz decompresses on every core
+# (the kit is multi-block) where `xz` exists, and no import check runs after it (go.sh
+# byte-compiles the kit in the background instead).
 set -uo pipefail
 HERE=${1:-.}
 mkdir -p /tmp/gpu-kit-parts

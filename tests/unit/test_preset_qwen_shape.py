@@ -109,3 +109,14 @@ def test_the_h100_preset_gives_the_server_the_same_gib_as_the_h200_one(preset: P
     assert h100.gpu.model_dump(exclude={"name", "memory_gib"}) == preset.gpu.model_dump(
         exclude={"name", "memory_gib"}
     )
+
+
+def test_a_preset_that_extends_a_missing_file_is_one_clear_error(tmp_path) -> None:
+    (tmp_path / "a.yaml").write_text("extends: nowhere.yaml\ngpu: {name: x}\n")
+    (tmp_path / "b.yaml").write_text("model: {name: m}\n")
+    with pytest.raises(
+        ConfigError,
+        match=r"extends: nowhere.yaml is not a preset file beside it; "
+        r"name one of a.yaml, b.yaml",
+    ):
+        load_preset(space=tmp_path / "a.yaml")

@@ -623,6 +623,7 @@ def load_preset(
         raise ConfigError(_yaml_error_line(path, exc)) from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a preset is a mapping with model, gpu, space and workload")
+    data = _extended(path, data)
     try:
         return Preset.model_validate(data)
     except ValidationError as exc:
@@ -636,6 +637,38 @@ def load_preset(
         got = f" (got {value!r})" if scalar and len(repr(value)) <= 60 else ""
         message = str(err["msg"]).removeprefix("Value error, ")
         raise ConfigError(f"{path}{line}: {where}: {message}{got}") from None
+
+
+def _extended(path: Path, data: dict[str, Any]) -> dict[str, Any]:
+    """`extends: OTHER.yaml` (a preset file beside this one): that preset's mapping with this
+    one's keys laid over it, mapping into mapping; a list or a scalar here replaces the other's.
+    One level: the other file may not extend a third."""
+    base_name = data.pop("extends", None)
+    if base_name is None:
+        return data
+    base_path = path.parent / str(base_name)
+    if not base_path.is_file():
+        raise ConfigError(
+            f"{path}: extends: {base_name} is not a preset file beside it; name one of "
+            f"{', '.join(sorted(p.name for p in path.parent.glob('*.yaml')))}"
+        )
+    try:
+        base = yaml.safe_load(base_path.read_text())
+    except yaml.YAMLError as exc:
+        raise ConfigError(_yaml_error_line(base_path, exc)) from None
+    if not isinstance(base, dict) or "extends" in base:
+        raise ConfigError(f"{path}: extends: {base_name} must be a whole preset (one level)")
+    return _overlay(base, data)
+
+
+def _overlay(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in top.items():
+        below = out.get(key)
+        if isinstance(below, dict) and isinstance(value, dict):
+            value = _overlay(below, value)
+        out[key] = value
+    return out
 
 
 def _yaml_error_line(path: Path, exc: yaml.YAMLError) -> str:
