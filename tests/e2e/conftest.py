@@ -55,7 +55,7 @@ def short_space(directory: Path) -> Path:
     """The CPU preset without warm-up, with a two-request plain benchmark and eager
     execution, as a file."""
     data = yaml.safe_load((preset_dir() / "smollm2-135m" / "cpu.yaml").read_text())
-    data["workload"]["warmup_tasks"] = 0  # also skips the shape sweeps (tuner.workload.runner)
+    data["workload"]["warmup_tasks"] = 0  # also skips the shape sweeps (tuner.workload.warmup)
     # The file's methods only, whether or not arctic-inference is installed: what these tests
     # check must not depend on it (suffix's real study: tests/e2e/test_suffix_real.py).
     data["space"].pop("methods_if_available", None)

@@ -160,13 +160,8 @@ def test_warm_up_sweeps_every_concurrency_level_until_steady(stub_url: str) -> N
 
     from tuner.workload import TokenCounter
     from tuner.workload.agent import AgentContext
-    from tuner.workload.runner import (
-        MAX_SWEEPS,
-        WARM_OUTPUT_TOKENS,
-        make_client,
-        warm_levels,
-        warm_shapes,
-    )
+    from tuner.workload.runner import make_client
+    from tuner.workload.warmup import MAX_SWEEPS, WARM_OUTPUT_TOKENS, warm_levels, warm_shapes
 
     assert warm_levels(1) == [1] and warm_levels(3) == [1, 2, 3]
     assert warm_levels(64) == [1, 2, 4, 8, 16, 32, 64]

@@ -29,8 +29,9 @@ import httpx
 
 from tuner.errors import WorkloadError
 from tuner.workload.chat import RequestFailed
-from tuner.workload.runner import MAX_SWEEPS, normalise_base_url, sweep_tokens
+from tuner.workload.runner import normalise_base_url
 from tuner.workload.settings import WorkloadSettings
+from tuner.workload.warmup import MAX_SWEEPS, sweep_tokens
 
 __all__ = ["Calibration", "SizingOption", "SizingPlan", "Speeds", "measure_speeds"]
 
@@ -99,7 +100,7 @@ class SizingOption:
         return f"{s.tasks} tasks, contexts <= {s.shape.max_context_tokens:,} tokens"
 
 
-# The shape sweeps before each scored window (tuner.workload.runner.warm_shapes) take at most
+# The shape sweeps before each scored window (tuner.workload.warmup.warm_shapes) take at most
 # this share of the target window at the calibrated speeds; at least one sweep runs. On a Zen 3
 # in fp32 a sweep of the CPU preset was about 23 s against a 120 s window: 1 sweep, not 2-3.
 WARMUP_SHARE = 0.25

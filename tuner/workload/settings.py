@@ -46,7 +46,7 @@ class WorkloadSettings(BaseModel):
             how); with `measured_scored_s` it replaces preflight's two proxies for that (24
             tasks, 60 s of window). At least 2 per agent.
         warmup_max_sweeps: Shape sweeps after the warm-up tasks, at most (they stop earlier
-            once steady; `tuner.workload.runner.warm_shapes`). A calibrated study lowers it
+            once steady; `tuner.workload.warmup.warm_shapes`). A calibrated study lowers it
             where a sweep is long against its scored window (`tuner.workload.calibration`):
             one sweep still meets every batch shape and prompt length once.
     """
