@@ -18,8 +18,8 @@ import pytest
 from tuner.errors import ServerError
 from tuner.server import FailureKind, Launcher, ServerHandle, ServerSpec, free_port
 from tuner.server.failures import StartupFailed
-from tuner.server.launcher import startup_phase
 from tuner.server.reaper import group_members, port_free
+from tuner.server.startup_log import startup_phase
 from tuner.settings import LaunchCommand
 
 FAKE = LaunchCommand((sys.executable, "-m", "tuner.testing.fake_vllm"))

@@ -10,7 +10,8 @@
 
 from tuner.server.facts import merge_facts, parse_cache_info, parse_log, parse_metric_labels
 from tuner.server.failures import FailureKind, StartupFailure, classify
-from tuner.server.launcher import Launcher, ServerHandle, free_port
+from tuner.server.handle import ServerHandle
+from tuner.server.launcher import Launcher, free_port
 from tuner.server.reaper import reap_orphans
 from tuner.server.spec import (
     EAGLE_STYLE,

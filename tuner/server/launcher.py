@@ -17,7 +17,9 @@ The lifecycle, in phases:
    start of several minutes on a slow CPU is not silent.
 4. ready: read the startup facts from the log and from /metrics, return a `ServerHandle`.
 5. stop: SIGTERM to the group, SIGKILL after the grace period, then confirm that no process of
-   the group remains and that the port can be bound again; the pid file is removed.
+   the group remains and that the port can be bound again; the pid file is removed. The
+   handle and its stop are in `tuner.server.handle`; the log's start-up phases (step 3) are
+   read by `tuner.server.startup_log`.
 
 Interrupts (Ctrl-C) and exceptions during any phase stop the group before propagating. A caller
 that is told to give up (a study's Ctrl-C or SIGTERM reaches a worker as a flag, not as a
@@ -28,52 +30,36 @@ signal) passes `should_abort` to `launch`: the wait looks at it every poll, stop
 
 from __future__ import annotations
 
-import atexit
-import contextlib
 import itertools
 import os
-import re
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
-from types import TracebackType
 
 import httpx
 
 from tuner.errors import ServerError
-from tuner.records import ServerStartRecord, StartupFacts
 from tuner.server.compile_cache import cache_root, server_env
-from tuner.server.crashes import ServerDeath, server_death
 from tuner.server.facts import merge_facts, parse_cache_info, parse_log
 from tuner.server.failures import FailureKind, StartupFailed, classify
-from tuner.server.reaper import (
-    PidRecord,
-    kill_group,
-    port_free,
-    reap_orphans,
-    register,
-    start_ticks,
-    unregister,
-)
+from tuner.server.handle import ServerHandle, stop_group
+from tuner.server.reaper import PidRecord, port_free, reap_orphans, register, start_ticks
 from tuner.server.spec import ServerSpec
+from tuner.server.startup_log import log_tail, startup_phase
 from tuner.settings import LaunchCommand, get_settings
 
 __all__ = [
-    "ABORT_GRACE_S",
     "NOT_INHERITED",
     "PHASE_EVERY_S",
     "Launcher",
-    "ServerHandle",
     "StartAborted",
     "WaitCallback",
     "free_port",
     "inherited_env",
-    "startup_phase",
 ]
 
 _POLL_S = 0.2
@@ -101,64 +87,13 @@ def inherited_env(environ: Mapping[str, str]) -> dict[str, str]:
 ORPHAN_GRACE_S = 5.0
 # How often `on_wait` hears how a start is going (it reads the log's tail each time).
 PHASE_EVERY_S = 1.0
-# Seconds an aborted server (an interrupted study) gets after SIGTERM before SIGKILL: vLLM's CPU
-# build exits in 1-3 s, and a study must be gone within 10 s of its signal (docs/guide.md), so
-# a server busy compiling or loading weights is not waited for.
-ABORT_GRACE_S = 3.0
-_TAIL_BYTES = 65536
 # Called while a server starts: seconds since launch, and its last start-up phase (None: the
 # log names none yet).
 WaitCallback = Callable[[float, "str | None"], None]
 
-# vLLM's start-up, in the words of its own log (0.32, CPU and GPU builds), each mapped to what a
-# person reading the progress lines needs: the phase the server is in. The last line that
-# matches any of them in the log wins.
-_PHASES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
-    (re.compile(pattern), phase)
-    for pattern, phase in (
-        (r"non-default args|Resolved architecture", "reading the model's config"),
-        (r"Initializing a V1 LLM engine", "starting the engine"),
-        (r"Starting to load model|Loading weights|Loading safetensors", "loading weights"),
-        (r"Model loading took", "weights loaded"),
-        (r"Starting torch\.compile|Dynamo bytecode transform|Compiling a graph", "compiling"),
-        (r"Directly load the compiled graph", "loading the compile cache"),
-        (r"torch\.compile takes|compilation takes", "compiled"),
-        (r"Available KV cache memory|for KV cache|KV cache size", "sizing the KV cache"),
-        (r"Warming up model", "warm-up: compiling for the batch shapes"),
-        (r"Warming up done", "warm-up done"),
-        (r"Capturing CUDA graph|Graph capturing", "capturing CUDA graphs"),
-        (r"init engine \(profile", "engine ready, starting the API server"),
-        (r"Starting vLLM (?:API )?server|Application startup complete", "API server starting"),
-    )
-)
-
-
-def startup_phase(log_text: str) -> str | None:
-    """The phase a starting vLLM server is in, from its log so far (None: none named yet)."""
-    best: tuple[int, str] | None = None
-    for pattern, phase in _PHASES:
-        for match in pattern.finditer(log_text):
-            if best is None or match.start() > best[0]:
-                best = (match.start(), phase)
-    return best[1] if best is not None else None
-
-
-def _log_tail(path: Path) -> str:
-    try:
-        with path.open("rb") as log:
-            log.seek(0, os.SEEK_END)
-            log.seek(max(0, log.tell() - _TAIL_BYTES))
-            return log.read().decode(errors="replace")
-    except OSError:
-        return ""
-
 
 class StartAborted(ServerError):
     """The caller gave up on a start (`launch(should_abort=...)`); the group is stopped."""
-
-
-# Handles not yet stopped (strong references: a dropped handle must still be stopped at exit).
-_live: set[ServerHandle] = set()
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -166,176 +101,6 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
-
-
-class ServerHandle:
-    """A running server: where it listens, what it became, and how to stop it."""
-
-    def __init__(
-        self,
-        *,
-        spec: ServerSpec,
-        process: subprocess.Popen[bytes],
-        port: int,
-        argv: list[str],
-        log_path: Path,
-        pid_file: Path,
-        start_ticks: int | None,
-        started_at: float,
-        attempt: int,
-    ) -> None:
-        self.spec = spec
-        self.port = port
-        self.argv = tuple(argv)
-        self.log_path = log_path
-        self.started_at = started_at
-        self.attempt = attempt
-        self.facts = StartupFacts()
-        self.ended_at: float | None = None
-        self.exit_status: int | None = None
-        self._process = process
-        self._pid_file = pid_file
-        self._start_ticks = start_ticks
-        self._stopped = False
-        self._stopping = False  # a stop has begun (maybe on another thread)
-        self._stop_lock = threading.Lock()
-        _live.add(self)
-
-    @property
-    def pid(self) -> int:
-        """The group leader (the supervisor of `vllm serve`), whose pid is the process group id."""
-        return self._process.pid
-
-    @property
-    def base_url(self) -> str:
-        """`http://host:port` (no trailing slash); the OpenAI API is under `/v1`."""
-        return f"http://{self.spec.host}:{self.port}"
-
-    @property
-    def stopped(self) -> bool:
-        """True once `stop()` has completed."""
-        return self._stopped
-
-    def alive(self) -> bool:
-        """True while the main process runs and `stop()` has not been called."""
-        return not self._stopped and self._process.poll() is None
-
-    def death(self, answered_requests: int | None, *, wait_s: float = 5.0) -> ServerDeath | None:
-        """Why the server died on its own (not stopped by us), or None while it still runs.
-
-        Waits up to `wait_s` for the process to exit: a dropped connection can come first. A
-        server that is being stopped (`stop_now` from another thread) did not die on its own.
-        """
-        if self._stopped or self._stopping:
-            return None
-        try:
-            self._process.wait(timeout=wait_s)
-        except subprocess.TimeoutExpired:
-            return None
-        return server_death(
-            self.log_path.read_text(errors="replace"),
-            self._process.returncode,
-            answered_requests,
-            log_path=str(self.log_path),
-        )
-
-    def record(self) -> ServerStartRecord:
-        """The row the driver stores for this start."""
-        return ServerStartRecord(
-            argv=self.argv,
-            env=dict(self.spec.env),
-            log_path=str(self.log_path),
-            attempt=self.attempt,
-            started_at=self.started_at,
-            ended_at=self.ended_at,
-            exit_status=self.exit_status,
-            facts=self.facts,
-        )
-
-    def stop(self, grace_s: float = 15.0) -> float:
-        """Stop the whole process group and confirm it is gone; return the seconds it took.
-
-        Idempotent. Raises `ServerError` if a process survives SIGKILL or the port stays bound.
-        """
-        return self._stop(grace_s, check_port=True)
-
-    def stop_now(self, grace_s: float = ABORT_GRACE_S) -> float:
-        """`stop` for an interrupt: a short grace, no wait for the port; safe from any thread.
-
-        Requests in flight fail at once, so whatever the owner's thread was doing with the
-        server ends; its own `stop()` then waits for this one and returns.
-        """
-        return self._stop(grace_s, check_port=False)
-
-    def _stop(self, grace_s: float, *, check_port: bool) -> float:
-        # One stop at a time: an interrupt may stop the server from another thread while the
-        # owner's thread stops it too; the second waits for the first, then has nothing to do.
-        self._stopping = True
-        with self._stop_lock:
-            return self._stop_locked(grace_s, check_port=check_port)
-
-    def _stop_locked(self, grace_s: float, *, check_port: bool) -> float:
-        # A start that failed may never have owned its port (someone else held it), so only
-        # a server that became ready is required to leave its port bindable.
-        if self._stopped:
-            return 0.0
-        began = time.monotonic()
-        survivors = _stop_group(self._process, self._start_ticks, grace_s)
-        self.exit_status = self._process.returncode
-        self.ended_at = time.time()
-        self._stopped = True
-        _live.discard(self)
-        unregister(self._pid_file)
-        if survivors:
-            raise ServerError(
-                f"server group {self.pid} still has processes {survivors} after SIGKILL",
-                log_path=self.log_path,
-            )
-        deadline = time.monotonic() + 10.0
-        while check_port and not port_free(self.spec.host, self.port):
-            if time.monotonic() > deadline:
-                raise ServerError(
-                    f"port {self.port} is still bound after the server stopped",
-                    log_path=self.log_path,
-                )
-            time.sleep(0.05)
-        return time.monotonic() - began
-
-    def __enter__(self) -> ServerHandle:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    def __repr__(self) -> str:
-        return f"ServerHandle(pid={self.pid}, url={self.base_url!r}, log={str(self.log_path)!r})"
-
-
-def _stop_group(process: subprocess.Popen[bytes], ticks: int | None, grace_s: float) -> list[int]:
-    try:
-        survivors = kill_group(process.pid, grace_s=grace_s, since_ticks=ticks)
-    except BaseException:
-        # Interrupted while waiting for a graceful exit: do not leave the group behind.
-        kill_group(process.pid, grace_s=0.0, since_ticks=ticks)
-        raise
-    finally:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=5.0)
-    return survivors
-
-
-@atexit.register
-def _stop_live_handles() -> None:
-    # A handle not stopped by its owner (no context manager, an unhandled error) must not
-    # outlive this process; the reaper covers the cases where atexit does not run (SIGKILL).
-    for handle in list(_live):  # stop() removes each from the set
-        with contextlib.suppress(Exception):
-            handle.stop(grace_s=5.0)
 
 
 def _absolute_program(launch: LaunchCommand) -> LaunchCommand:
@@ -491,7 +256,7 @@ class Launcher:
                 ),
             )
         except BaseException:
-            _stop_group(process, ticks, grace_s=0.0)
+            stop_group(process, ticks, grace_s=0.0)
             raise
         handle = ServerHandle(
             spec=spec,
@@ -562,7 +327,7 @@ class Launcher:
                 now = time.monotonic()
                 if on_wait is not None and now - told >= PHASE_EVERY_S:
                     told = now
-                    on_wait(now - began, startup_phase(_log_tail(handle.log_path)))
+                    on_wait(now - began, startup_phase(log_tail(handle.log_path)))
                 if process.poll() is not None or (should_abort is not None and should_abort()):
                     return False, False, "", 0.0
                 try:

@@ -541,7 +541,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse_args(sys.argv[1:] if argv is None else argv)
     print(f"INFO [api_server.py] vLLM API server version {VERSION}", flush=True)
     print(f"INFO [api_server.py] args: model={args.model!r} port={args.port}", flush=True)
-    # The start-up phases in vLLM's words (tuner.server.launcher.startup_phase reads them).
+    # The start-up phases in vLLM's words (tuner.server.startup_log.startup_phase reads them).
     startup_s = float(os.environ.get("FAKE_VLLM_STARTUP_S", "0.5"))
     print(f"INFO [cpu_model_runner.py] Starting to load model {args.model}...", flush=True)
     time.sleep(startup_s / 2)

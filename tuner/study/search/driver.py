@@ -47,7 +47,7 @@ from tuner.errors import ConfigError, StudyError
 from tuner.models import MODEL_NAMES, prepare
 from tuner.results.configs import describe_config_short
 from tuner.server import ServerSpec, reap_orphans
-from tuner.server.launcher import ABORT_GRACE_S
+from tuner.server.handle import ABORT_GRACE_S
 from tuner.server.reaper import descendants, kill_group, live_records
 from tuner.server.supervisor import DRIVER_NICE_ENV
 from tuner.storage import Store, normalize_url

@@ -41,7 +41,8 @@ from tuner.metrics.guards import AcceptanceCollapsed
 from tuner.records import ServerStartRecord, ThroughputRecord, WorkloadRecord
 from tuner.server import FailureKind, Launcher, ServerSpec
 from tuner.server.failures import StartupFailed
-from tuner.server.launcher import ServerHandle, StartAborted
+from tuner.server.handle import ServerHandle
+from tuner.server.launcher import StartAborted
 from tuner.workload import (
     RunProgress,
     TokenCounter,

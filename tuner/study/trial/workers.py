@@ -66,7 +66,7 @@ PLACEMENT_GRACE_S = 10.0
 # How often a worker asks the hub whether its trial should stop or abort.
 STOP_POLL_S = 0.25
 # How long `abort` lets workers stop their trials (a server stop: SIGTERM, SIGKILL after
-# tuner.server.launcher.ABORT_GRACE_S) before it kills them: within a study's 10 s.
+# tuner.server.handle.ABORT_GRACE_S) before it kills them: within a study's 10 s.
 ABORT_WAIT_S = 6.0
 
 
