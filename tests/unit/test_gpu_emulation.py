@@ -14,7 +14,7 @@ import pytest
 from tuner.errors import ConfigError
 from tuner.results.emulated import for_the_emulated_card
 from tuner.results.export import ExportChoice, render_export
-from tuner.results.study_reader import TrialRow
+from tuner.results.rows import TrialRow
 from tuner.server.spec import ServerSpec
 from tuner.study.space import GpuPart, Preset
 

@@ -247,7 +247,7 @@ def test_no_baseline_no_sweep() -> None:
 def test_the_report_carries_the_sweep() -> None:
     from tuner.results.plots import render_plots
     from tuner.results.report import report_tables, summary_lines
-    from tuner.results.study_reader import StudyResults
+    from tuner.results.rows import StudyResults
 
     results = StudyResults("s", "sqlite:///x", "m", "cpu", (), "replay", sweep(BASE, NGRAM3))
     table = report_tables(results)[-1]

@@ -128,7 +128,7 @@ def test_cli_report_writes_markdown_html_and_pngs(
 
 
 def test_the_config_column_says_which_screening_rung_each_trial_reached() -> None:
-    from tuner.results.study_reader import StudyResults, TrialRow
+    from tuner.results.rows import StudyResults, TrialRow
 
     def row(number: int, state: str, **kw: object) -> TrialRow:
         return TrialRow(

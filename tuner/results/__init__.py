@@ -8,10 +8,9 @@ tables, plots and a self-contained HTML page.
 from tuner.results.export import FORMATS, ExportChoice, choose_export, render_export, serve_argv
 from tuner.results.files import ReportFiles, write_report
 from tuner.results.report import ReportTable, report_tables
+from tuner.results.rows import StudyResults, TrialRow
 from tuner.results.study_reader import (
     ReuseCounts,
-    StudyResults,
-    TrialRow,
     load_results,
     open_optuna_storage,
     resolve_study_name,

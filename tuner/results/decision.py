@@ -44,7 +44,7 @@ from tuner.metrics import (
 )
 from tuner.metrics.drift import BaselineAt, baseline_at, drift_corrected_noise
 from tuner.metrics.noise import noise_for_study
-from tuner.results.study_reader import StudyResults, TrialRow
+from tuner.results.rows import StudyResults, TrialRow
 
 __all__ = [
     "SUCCESS_DROP_ALPHA",

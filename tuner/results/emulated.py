@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tuner.results.study_reader import TrialRow
+from tuner.results.rows import TrialRow
 
 __all__ = ["FLAG", "for_the_emulated_card"]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from tuner.errors import ConfigError
 from tuner.results.html import render_html
 from tuner.results.report import report_markdown
-from tuner.results.study_reader import StudyResults
+from tuner.results.rows import StudyResults
 
 __all__ = ["ReportFiles", "write_report"]
 

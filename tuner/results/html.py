@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from html import escape
 
 from tuner.results.report import TEXT_COLUMNS, ReportTable, report_tables, summary_lines
-from tuner.results.study_reader import StudyResults
+from tuner.results.rows import StudyResults
 
 __all__ = ["render_html"]
 

@@ -19,7 +19,7 @@ from matplotlib.ticker import MaxNLocator
 
 from tuner.attrs import Role
 from tuner.results.load_sweep_plot import draw_sweep
-from tuner.results.study_reader import StudyResults, TrialRow
+from tuner.results.rows import StudyResults, TrialRow
 from tuner.results.words import tph_title
 from tuner.workload.reuse import COUNTED_REUSE_CLASSES
 

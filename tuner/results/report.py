@@ -19,7 +19,7 @@ from tuner.results.attribution import attribute
 from tuner.results.decision import Verdict, judge_study
 from tuner.results.export import choose_export
 from tuner.results.load_sweep import load_lines, load_table_rows
-from tuner.results.study_reader import StudyResults, TrialRow
+from tuner.results.rows import StudyResults, TrialRow
 from tuner.results.words import DUMMY_WEIGHTS_LINE, mode_line, tph_label, worded
 from tuner.workload.reuse import COUNTED_REUSE_CLASSES
 
