@@ -19,7 +19,7 @@ from tuner.metrics.correctness import judge_outputs
 from tuner.server import Launcher, ServerSpec
 from tuner.server.spec import SpeculativeSpec
 from tuner.settings import LaunchCommand
-from tuner.testing.fake_vllm import (
+from tuner.testing.fake_vllm_answers import (
     CLEAR_MARGIN,
     CLEAR_POSITION,
     NEAR_TIE_MARGIN,

@@ -71,13 +71,16 @@ Answers are words ("tok0 tok1 ..."): with `max_tokens` and `ignore_eos` exactly 
 of them, else a short fixed reply. Token counts are characters / 4 for prompts and one per word
 for completions; the /metrics counters add up what was really served. Only the standard
 library is imported, so it is ready in well under a second.
+
+This module holds the HTTP routes and the start; the server's state and /metrics are in
+`tuner.testing.fake_vllm_state`, its answers (words, log-probabilities, token ids) in
+`tuner.testing.fake_vllm_answers`, and the failures it plays in `tuner.testing.fake_vllm_faults`.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import signal
 import sys
@@ -87,27 +90,27 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-__all__ = [
-    "CLEAR_MARGIN",
-    "CLEAR_POSITION",
-    "CUDA_ERROR",
-    "MAMBA_MESSAGE",
-    "NEAR_TIE_MARGIN",
-    "NEAR_TIE_POSITION",
-    "main",
-]
+from tuner.testing.fake_vllm_answers import (
+    FIXED_REPLY,
+    logprobs,
+    prompt_text,
+    tie_modes,
+    word_id,
+)
+from tuner.testing.fake_vllm_faults import (
+    CUDA_ERROR,
+    after,
+    engine_dies,
+    failure_mode,
+    mamba_failure,
+)
+from tuner.testing.fake_vllm_state import State
+
+__all__ = ["main"]
 
 VERSION = "0.32.0"
-BLOCK_SIZE = 16
 DEFAULT_MAX_NUM_SEQS = 512
 DEFAULT_MAX_MODEL_LEN = 8192
-FIXED_REPLY = "This is a fake vLLM reply."
-
-MAMBA_MESSAGE = (
-    "max_num_seqs ({requested}) exceeds available Mamba cache blocks ({available}). Each "
-    "decode sequence requires one Mamba cache block, so CUDA graph capture cannot proceed. "
-    "Please lower max_num_seqs to at most {available} or increase gpu_memory_utilization."
-)
 
 
 def _parse_args(argv: list[str]) -> argparse.Namespace:
@@ -127,177 +130,7 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-class _Counters:
-    """The /metrics counters; the handler threads add to them under one lock."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.values: dict[str, float] = {
-            "vllm:prompt_tokens_total": 0,
-            "vllm:generation_tokens_total": 0,
-            "vllm:prefix_cache_queries_total": 0,
-            "vllm:prefix_cache_hits_total": 0,
-            "vllm:prompt_tokens_cached_total": 0,
-            "vllm:num_preemptions_total": 0,
-            "vllm:request_success_total": 0,
-            "vllm:spec_decode_num_drafts_total": 0,
-            "vllm:spec_decode_num_draft_tokens_total": 0,
-            "vllm:spec_decode_num_accepted_tokens_total": 0,
-        }
-
-    def add(self, **deltas: float) -> None:
-        with self.lock:
-            for key, delta in deltas.items():
-                self.values[f"vllm:{key}_total"] += delta
-
-
-class _State:
-    """What the handlers need: the parsed flags, the counters and the prefix 'cache'."""
-
-    def __init__(self, args: argparse.Namespace) -> None:
-        self.args = args
-        self.kv_tokens = int(os.environ.get("FAKE_VLLM_KV_TOKENS", "12345"))
-        if args.speculative_config and os.environ.get("FAKE_VLLM_SPEC_KV_TOKENS"):
-            self.kv_tokens = int(os.environ["FAKE_VLLM_SPEC_KV_TOKENS"])
-        if args.num_gpu_blocks_override is not None:
-            self.kv_tokens = args.num_gpu_blocks_override * BLOCK_SIZE
-        self.spec = bool(args.speculative_config) or os.environ.get("FAKE_VLLM_SPEC") == "1"
-        speculative = bool(args.speculative_config)
-        self.changes_outputs = speculative and os.environ.get("FAKE_VLLM_CHANGE_OUTPUTS") == "1"
-        speedup = float(os.environ.get("FAKE_VLLM_SPEC_SPEEDUP", "1")) if speculative else 1.0
-        self.token_delay_s = float(os.environ.get("FAKE_VLLM_TOKEN_DELAY_S", "0")) / speedup
-        self.token_delay_s *= math.exp(-float(os.environ.get("FAKE_VLLM_DRIFT", "0")) * _starts())
-        self.counters = _Counters()
-        self.seen_prompts: list[str] = []
-        self.seen_lock = threading.Lock()
-        self.chats = 0  # chat requests received (the failure modes count them)
-        self.chats_lock = threading.Lock()
-
-    def next_chat(self) -> int:
-        """The 1-based number of this chat request."""
-        with self.chats_lock:
-            self.chats += 1
-            return self.chats
-
-    def cached_tokens(self, prompt: str) -> int:
-        """Tokens of `prompt` shared with an earlier prompt, in whole blocks (like a cache)."""
-        with self.seen_lock:
-            best = 0
-            for earlier in self.seen_prompts:
-                best = max(best, _common_prefix_len(earlier, prompt))
-            self.seen_prompts.append(prompt)
-            del self.seen_prompts[:-64]
-        tokens = best // 4
-        return tokens - tokens % BLOCK_SIZE
-
-    def metrics_text(self) -> str:
-        labels = f'engine="0",model_name="{self.args.served_model_name}"'
-        blocks = self.kv_tokens // BLOCK_SIZE
-        lines = [
-            "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig",
-            "# TYPE vllm:cache_config_info gauge",
-            f'vllm:cache_config_info{{block_size="{BLOCK_SIZE}",cache_dtype="auto",'
-            f'enable_prefix_caching="True",engine="0",'
-            f'kv_cache_size_tokens="{self.kv_tokens}",num_gpu_blocks="{blocks}",'
-            f'num_gpu_blocks_override="None"}} 1.0',
-        ]
-        with self.counters.lock:
-            values = dict(self.counters.values)
-        for name, value in values.items():
-            if name.startswith("vllm:spec_decode") and not self.spec:
-                continue
-            lines.append(f"# TYPE {name.removesuffix('_total')} counter")
-            lines.append(f"{name}{{{labels}}} {float(value)}")
-        if self.spec:
-            accepted = values["vllm:spec_decode_num_accepted_tokens_total"]
-            name = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
-            lines.append(f'{name}{{{labels},position="0"}} {float(accepted)}')
-        lines.append("# TYPE vllm:num_requests_running gauge")
-        lines.append(f"vllm:num_requests_running{{{labels}}} 0.0")
-        lines.append("# TYPE vllm:num_requests_waiting gauge")
-        lines.append(f"vllm:num_requests_waiting{{{labels}}} 0.0")
-        return "\n".join(lines) + "\n"
-
-
-def _starts() -> int:
-    """Servers started before this one (`FAKE_VLLM_DRIFT_FILE`), counting this one in."""
-    path = os.environ.get("FAKE_VLLM_DRIFT_FILE")
-    if not path:
-        return 0
-    try:
-        with open(path, encoding="utf-8") as f:
-            before = int(f.read().strip() or "0")
-    except FileNotFoundError:
-        before = 0
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(str(before + 1))
-    return before
-
-
-def _common_prefix_len(a: str, b: str) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
-
-
-def _prompt_text(body: dict[str, Any]) -> str:
-    parts: list[str] = []
-    for message in body.get("messages") or []:
-        content = message.get("content")
-        if isinstance(content, str):
-            parts.append(content)
-        elif isinstance(content, list):
-            parts.extend(str(p.get("text", "")) for p in content if isinstance(p, dict))
-        if message.get("tool_calls"):
-            parts.append(json.dumps(message["tool_calls"]))
-    return "\n".join(parts)
-
-
-def _after(name: str) -> int | None:
-    value = os.environ.get(name)
-    return int(value) if value else None
-
-
-# vLLM's own line prefixes (process, level, date, logger), which tuner.server.crashes strips.
-_CORE = "(EngineCore_DP0 pid=1) ERROR 12-01 00:00:00 [core.py:1332] "
-_API = "(APIServer pid=1) ERROR 12-01 00:00:00 [async_llm.py:704] "
-_ENGINE_TRACEBACK = (
-    f"{_CORE}EngineCore encountered a fatal error.\n"
-    f"{_CORE}Traceback (most recent call last):\n"
-    f'{_CORE}  File "vllm/v1/engine/core.py", line 1323, in run_engine_core\n'
-    f"{_CORE}    engine_core.run_busy_loop()\n"
-    f"{_CORE}{{error}}\n"
-    f"{_API}vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. "
-    "See stack trace (above) for the root cause.\n"
-)
-CUDA_ERROR = "torch.AcceleratorError: CUDA error: an illegal memory access was encountered"
-_said = threading.Event()  # the engine's traceback is printed once
-
-
-def _engine_dies(error: str) -> None:
-    if not _said.is_set():
-        _said.set()
-        sys.stderr.write(_ENGINE_TRACEBACK.format(error=error))
-        sys.stderr.flush()
-
-
-def _failure_mode(n: int) -> str | None:
-    """What the `n`th chat request meets: "500", "hang", "cuda-exit0", or None (an answer)."""
-    for name, mode in (
-        ("FAKE_VLLM_500_AFTER", "500"),
-        ("FAKE_VLLM_HANG_AFTER", "hang"),
-        ("FAKE_VLLM_CUDA_EXIT0_AFTER", "cuda-exit0"),
-    ):
-        after = _after(name)
-        if after is not None and n > after:
-            return mode
-    return None
-
-
-def _make_handler(state: _State) -> type[BaseHTTPRequestHandler]:  # noqa: C901 (a route each)
+def _make_handler(state: State) -> type[BaseHTTPRequestHandler]:  # noqa: C901 (a route each)
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
@@ -360,9 +193,9 @@ def _make_handler(state: _State) -> type[BaseHTTPRequestHandler]:  # noqa: C901 
 
         def _chat(self, body: dict[str, Any]) -> None:
             n = state.next_chat()
-            mode = _failure_mode(n)
+            mode = failure_mode(n)
             if mode == "500":
-                _engine_dies(
+                engine_dies(
                     os.environ.get("FAKE_VLLM_ENGINE_ERROR")
                     or f"RuntimeError: the fake engine core died at request {n} "
                     "(FAKE_VLLM_500_AFTER)"
@@ -377,9 +210,9 @@ def _make_handler(state: _State) -> type[BaseHTTPRequestHandler]:  # noqa: C901 
             if mode == "hang":
                 threading.Event().wait()  # never answers; /health and /metrics still do
             if mode == "cuda-exit0":
-                _engine_dies(CUDA_ERROR)
+                engine_dies(CUDA_ERROR)
                 os._exit(0)
-            prompt = _prompt_text(body)
+            prompt = prompt_text(body)
             # FAKE_VLLM_DIE_IN_PLAIN_BENCHMARK=1: the engine dies at the plain benchmark's first
             # request (its system message is "Request <hex>."), after the agent workload.
             if os.environ.get("FAKE_VLLM_DIE_IN_PLAIN_BENCHMARK") and prompt.startswith("Request "):
@@ -393,7 +226,7 @@ def _make_handler(state: _State) -> type[BaseHTTPRequestHandler]:  # noqa: C901 
                 words = FIXED_REPLY.split()
                 if state.changes_outputs:
                     words = words[:1] + [f"changed{i}" for i in range(len(words) - 1)]
-                words = _tie_modes(state, words)
+                words = tie_modes(bool(state.args.speculative_config), words)
                 if max_tokens:
                     words = words[: int(max_tokens)]
             completion_tokens = len(words)
@@ -409,7 +242,7 @@ def _make_handler(state: _State) -> type[BaseHTTPRequestHandler]:  # noqa: C901 
                 + (benchmark_delay if prompt.startswith("Request ") else 0.0)
             )
             drafts = completion_tokens if state.spec else 0
-            collapse = _after("FAKE_VLLM_ACCEPT_COLLAPSE_AFTER")
+            collapse = after("FAKE_VLLM_ACCEPT_COLLAPSE_AFTER")
             accepted = 0 if collapse is not None and n > collapse else drafts // 2
             state.counters.add(
                 prompt_tokens=prompt_tokens,
@@ -441,9 +274,9 @@ def _make_handler(state: _State) -> type[BaseHTTPRequestHandler]:  # noqa: C901 
                 "finish_reason": "length" if body.get("ignore_eos") else "stop",
             }
             if body.get("return_token_ids"):
-                choice["token_ids"] = [_word_id(w) for w in words]
+                choice["token_ids"] = [word_id(w) for w in words]
             if body.get("logprobs"):
-                choice["logprobs"] = _logprobs(words, body)
+                choice["logprobs"] = logprobs(words, body)
             self._json(
                 200, {**common, "object": "chat.completion", "choices": [choice], "usage": usage}
             )
@@ -479,57 +312,6 @@ def _make_handler(state: _State) -> type[BaseHTTPRequestHandler]:  # noqa: C901 
     return Handler
 
 
-# The reply's log-probabilities (the same for every prompt): its word leads the runner-up by
-# CLEAR_MARGIN nats, except at NEAR_TIE_POSITION ("vLLM"), a near-tie. Both positions are past
-# the probe's "early" tokens, so only the margin tells the two modes apart.
-NEAR_TIE_POSITION = 4
-NEAR_TIE_MARGIN = 0.05
-CLEAR_POSITION = 5
-CLEAR_MARGIN = 6.0
-_TOP_LOGPROB = -0.05
-
-
-def _tie_modes(state: _State, words: list[str]) -> list[str]:
-    """FAKE_VLLM_FLIP_NEAR_TIES / FAKE_VLLM_CHANGE_CLEAR_TOKEN on a speculative server."""
-    if not state.args.speculative_config:
-        return words
-    if os.environ.get("FAKE_VLLM_FLIP_NEAR_TIES") == "1" and len(words) > NEAR_TIE_POSITION:
-        k = NEAR_TIE_POSITION
-        words = [*words[:k], f"alt{k}"] + [f"flipped{j}" for j in range(len(words) - k - 1)]
-    if os.environ.get("FAKE_VLLM_CHANGE_CLEAR_TOKEN") == "1" and len(words) > CLEAR_POSITION:
-        words = [*words[:CLEAR_POSITION], f"alt{CLEAR_POSITION}", *words[CLEAR_POSITION + 1 :]]
-    return words
-
-
-def _logprobs(words: list[str], body: dict[str, Any]) -> dict[str, Any]:
-    """OpenAI chat `logprobs` for `words`: each word top, then its runner-up, then another."""
-    k = max(1, int(body.get("top_logprobs") or 1))
-    as_ids = bool(body.get("return_tokens_as_token_ids"))
-    reply = FIXED_REPLY.split()
-
-    def entry(word: str, logprob: float) -> dict[str, Any]:
-        token = f"token_id:{_word_id(word)}" if as_ids else word
-        return {"token": token, "logprob": logprob, "bytes": list(token.encode())}
-
-    content = []
-    for i, word in enumerate(words):
-        margin = NEAR_TIE_MARGIN if i == NEAR_TIE_POSITION else CLEAR_MARGIN
-        # The reply's own word is the runner-up wherever this answer left it.
-        runner = reply[i] if i < len(reply) and word != reply[i] else f"alt{i}"
-        top = [
-            entry(word, _TOP_LOGPROB),
-            entry(runner, _TOP_LOGPROB - margin),
-            entry(f"other{i}", _TOP_LOGPROB - margin - 1.0),
-        ][:k]
-        content.append({**entry(word, _TOP_LOGPROB), "top_logprobs": top})
-    return {"content": content}
-
-
-def _word_id(word: str) -> int:
-    # Stable across processes (str hash is salted per process).
-    return sum((i + 1) * ord(c) for i, c in enumerate(word)) % 49152
-
-
 def _fail(text: str) -> int:
     sys.stderr.write(text.rstrip("\n") + "\n")
     sys.stderr.flush()
@@ -553,18 +335,9 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(failure)
     mamba_blocks = os.environ.get("FAKE_VLLM_MAMBA_BLOCKS")
     if mamba_blocks and args.max_num_seqs > int(mamba_blocks):
-        message = MAMBA_MESSAGE.format(requested=args.max_num_seqs, available=int(mamba_blocks))
-        return _fail(
-            "ERROR [core.py] EngineCore failed to start.\n"
-            "Traceback (most recent call last):\n"
-            '  File "vllm/config/compilation.py", line 1518, in '
-            "adjust_cudagraph_sizes_for_mamba\n"
-            f"ValueError: {message}\n"
-            "RuntimeError: Engine core initialization failed. See root cause above. "
-            "Failed core proc(s): {'EngineCore_DP0': 1}"
-        )
+        return _fail(mamba_failure(args.max_num_seqs, int(mamba_blocks)))
 
-    state = _State(args)
+    state = State(args)
     concurrency = state.kv_tokens / args.max_model_len
     for line in (
         "Model loading took 0.50 GiB memory and 0.100000 seconds",
