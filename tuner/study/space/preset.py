@@ -1,219 +1,52 @@
-"""Presets: a model, a GPU and the search space over a vLLM server's speculative configuration.
+"""A whole preset and its search space: what the sampler may choose, and a candidate's server.
 
-A preset is a YAML file validated here (`extra="forbid"`, so a typo is an error, not a silent
-default). `--model M --gpu G` picks `search_spaces/M/G.yaml`; `--space FILE` takes any file.
-`suggest()` turns an Optuna trial into a `ServerSpec`; the space knows nothing of processes.
+`SearchSpace` holds every value vLLM itself would accept; `Preset` checks that its parts fit
+together (a method the model supports, a context the model holds, a baseline among the choices),
+gives the baseline's params, samples a candidate's params from an Optuna trial (`suggest`) and
+turns params into a `ServerSpec` (`server_spec`). It knows nothing of processes.
 """
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import optuna
-import yaml
 from pydantic import (
     BaseModel,
-    ConfigDict,
     Field,
     PositiveInt,
-    ValidationError,
     ValidationInfo,
     field_validator,
     model_validator,
 )
 
-from tuner.errors import ConfigError
 from tuner.server import EAGLE_STYLE, NEEDS_DRAFT, ServerSpec, SpeculativeMethod, SpeculativeSpec
 from tuner.server.knobs import suffix_decoding_available
+from tuner.study.space.parts import (
+    FROZEN,
+    Baseline,
+    BetweenRunPart,
+    ConfirmPart,
+    FloatRange,
+    GpuPart,
+    IntRange,
+    ModelPart,
+    RecordedRunPart,
+)
 from tuner.workload.settings import WorkloadSettings
 
-__all__ = [
-    "DEFAULT_CPU_WINDOW_S",
-    "ConfigKey",
-    "ConfirmPart",
-    "GpuPart",
-    "ModelPart",
-    "Preset",
-    "SearchSpace",
-    "config_key",
-    "known_presets",
-    "load_preset",
-    "preset_dir",
-]
+__all__ = ["DEFAULT_CPU_WINDOW_S", "Preset", "SearchSpace"]
 
-# A config's identity: its params (what defines its server) as sorted JSON, so it is hashable,
-# the same in every process, and reads back into the params (`json.loads`).
-ConfigKey = str
-
-
-def config_key(params: dict[str, Any]) -> ConfigKey:
-    """The one name of a config: its params as sorted JSON (`json.loads` gives them back)."""
-    return json.dumps(params, sort_keys=True)
-
-
-_FROZEN = ConfigDict(frozen=True, extra="forbid")
 # The scored window a CPU preset aims at when it sets none (`Preset.window_s`): long enough for
 # a dozen tasks with two agents on a fast box (about 80 s on the reference Zen 4), short enough
 # that six trials and their confirmations stay under the hour on a box four times slower.
 DEFAULT_CPU_WINDOW_S = 120.0
 
 
-class IntRange(BaseModel):
-    """An integer range searched by Optuna (inclusive)."""
-
-    model_config = _FROZEN
-    low: int = Field(ge=0)
-    high: int
-    step: int = Field(default=1, ge=1)
-
-    @model_validator(mode="after")
-    def _ordered(self) -> IntRange:
-        if self.high < self.low:
-            raise ValueError(f"high ({self.high}) must be >= low ({self.low})")
-        return self
-
-
-class FloatRange(BaseModel):
-    """A float range searched by Optuna (inclusive)."""
-
-    model_config = _FROZEN
-    low: float
-    high: float
-    step: float | None = Field(default=None, gt=0)
-
-    @model_validator(mode="after")
-    def _ordered(self) -> FloatRange:
-        if self.high < self.low:
-            raise ValueError(f"high ({self.high}) must be >= low ({self.low})")
-        return self
-
-
-class ModelPart(BaseModel):
-    """What the model is and supports."""
-
-    model_config = _FROZEN
-    name: str
-    checkpoint: str = Field(description="HF id or local path; a test model name is prepared")
-    prepare: str | None = Field(default=None, description="test model to build into the cache")
-    served_name: str
-    max_model_len: int = Field(gt=0)
-    hybrid: bool = False
-    mtp_layers: int = Field(default=0, ge=0)
-    tool_call_parser: str | None = None
-    draft_models: dict[str, str] = Field(default_factory=dict)
-    load_format: str | None = None
-    enable_prefix_caching: bool = True
-    server_args: tuple[str, ...] = ()
-    server_env: dict[str, str] = Field(default_factory=dict)
-    # vLLM's `--dtype`. "auto": the model's own (bf16 on the CPU build). "by-cpu" (CPU presets):
-    # a study's plan makes it float32 on a CPU without bf16 instructions, else "auto", and
-    # doubles the KV choices for float32 (`tuner.study.preflight.dtype`); the study stores what
-    # it chose. A preset used outside a study (benchmarks) runs "by-cpu" as "auto".
-    dtype: Literal["auto", "bfloat16", "float16", "float32", "by-cpu"] = "auto"
-
-    def resolved_dtype(self) -> Literal["bfloat16", "float16", "float32"] | None:
-        """The `--dtype` the server gets (None: the model's own)."""
-        if self.dtype == "auto" or self.dtype == "by-cpu":
-            return None
-        return self.dtype
-
-    def kv_element_bytes(self) -> int:
-        """Bytes of one KV cache element: vLLM's KV cache follows the model's dtype."""
-        return 4 if self.dtype == "float32" else 2
-
-
-class GpuPart(BaseModel):
-    """The accelerator: its name, memory, how many, and how many one server spans."""
-
-    model_config = _FROZEN
-    name: str
-    memory_gib: float | None = Field(default=None, gt=0)
-    count: int = Field(default=1, ge=1)
-    tensor_parallel_size: int = Field(default=1, ge=1)
-    # CPU presets: servers need no GPU; Ray slots then reserve none.
-    cpu: bool = False
-    # Emulating a smaller card on this one: the searched gpu_memory_utilization is a fraction
-    # of a card of `emulate_memory_gib`, and `emulate_extra_gib` is memory the served model
-    # lacks beside the real one (e.g. a smaller vocabulary's embedding and lm_head), taken off
-    # the budget. `memory_gib` is then this card's total memory as vLLM sees it.
-    emulate_memory_gib: float | None = Field(default=None, gt=0)
-    emulate_extra_gib: float = Field(default=0.0, ge=0)
-
-    @model_validator(mode="after")
-    def _fits(self) -> GpuPart:
-        if self.tensor_parallel_size > self.count:
-            raise ValueError(
-                f"tensor_parallel_size ({self.tensor_parallel_size}) needs that many GPUs; "
-                f"count is {self.count}"
-            )
-        if self.emulate_memory_gib is None:
-            if self.emulate_extra_gib:
-                raise ValueError("emulate_extra_gib needs emulate_memory_gib (the emulated card)")
-            return self
-        if self.cpu or self.memory_gib is None:
-            raise ValueError(
-                "emulate_memory_gib needs a GPU preset with memory_gib (this card's total GiB)"
-            )
-        if self.emulate_memory_gib > self.memory_gib:
-            raise ValueError(
-                f"emulate_memory_gib ({self.emulate_memory_gib}) must not exceed memory_gib "
-                f"({self.memory_gib}): a card can only emulate a smaller one"
-            )
-        return self
-
-    def real_utilization(self, utilization: float) -> float:
-        """The fraction of this card that gives the emulated card's `utilization` budget.
-
-        vLLM gives a server `utilization x total memory` for weights, activations and KV cache.
-        On the emulated card that is `utilization x emulate_memory_gib`; the served model lacks
-        `emulate_extra_gib` that the real one would hold, so this card gets that much less:
-        `(utilization x emulate_memory_gib - emulate_extra_gib) / memory_gib`, rounded to 4
-        decimals (7 MiB on an H200). Without emulation: `utilization` itself.
-
-        Raises:
-            ConfigError: the emulated budget does not cover the memory the stand-in lacks.
-        """
-        if self.emulate_memory_gib is None or self.memory_gib is None:
-            return utilization
-        budget = utilization * self.emulate_memory_gib - self.emulate_extra_gib
-        if budget <= 0:
-            raise ConfigError(
-                f"gpu_memory_utilization {utilization} of the emulated {self.emulate_memory_gib} "
-                f"GiB card is {utilization * self.emulate_memory_gib:.2f} GiB, not more than "
-                f"gpu.emulate_extra_gib ({self.emulate_extra_gib}); raise the utilization"
-            )
-        return round(budget / self.memory_gib, 4)
-
-    def emulation_record(self, utilization: float) -> dict[str, float]:
-        """Both fractions and the arithmetic's inputs, as a trial stores them."""
-        emulated, real = self.emulate_memory_gib, self.memory_gib
-        if emulated is None or real is None:
-            raise ConfigError("this preset emulates no card (gpu.emulate_memory_gib is unset)")
-        return {
-            "emulated_memory_gib": emulated,
-            "real_memory_gib": real,
-            "extra_gib": self.emulate_extra_gib,
-            "gpu_memory_utilization_emulated": utilization,
-            "gpu_memory_utilization_real": self.real_utilization(utilization),
-        }
-
-    @property
-    def slots(self) -> int:
-        """Servers that can run at once."""
-        return max(1, self.count // self.tensor_parallel_size)
-
-    @property
-    def gpus_per_slot(self) -> int:
-        """GPUs one server reserves (Ray's num_gpus per worker); 0 on CPU presets."""
-        return 0 if self.cpu else self.tensor_parallel_size
-
-
 class SearchSpace(BaseModel):
     """What the sampler may choose; every value one that vLLM itself would accept."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
     methods: tuple[SpeculativeMethod, ...] = Field(default=("none", "ngram"), min_length=1)
     # Methods searched only where the installed vLLM can run them, as its capability probe
     # finds at study start (`tuner.study.preflight.checks`): "suffix" needs arctic-inference in
@@ -303,59 +136,10 @@ class SearchSpace(BaseModel):
         return self
 
 
-class Baseline(BaseModel):
-    """The first trial: no speculation with default memory settings."""
-
-    model_config = _FROZEN
-    gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
-    kv_cache_memory_bytes: PositiveInt | None = None
-    max_num_seqs: PositiveInt | None = None
-    # Where the space searches the scheduler's token budget (a hybrid at the edge of its
-    # memory may only start with a small one), the baseline's; unset: the largest choice.
-    max_num_batched_tokens: PositiveInt | None = None
-
-
-class ConfirmPart(BaseModel):
-    """The confirmation stage `tuner optimize` runs at its end (`--confirm K,R` overrides it)."""
-
-    model_config = _FROZEN
-    top_k: int = Field(ge=0)  # 0: no confirmation
-    rounds: PositiveInt
-
-
-class BetweenRunPart(BaseModel):
-    """The preset's recorded run-to-run noise of a round's paired log tasks/h ratio.
-
-    Unset: `tuner.metrics.DEFAULT_NOISE`, measured from repeated starts on the CPU build. A
-    preset measured elsewhere sets its own (e.g. from `benchmarks/repeatability.py` repeats).
-    """
-
-    model_config = _FROZEN
-    log_sd: float = Field(gt=0)  # sd of log(candidate tasks/h / baseline tasks/h), one round
-    df: int = Field(ge=1)  # the repeats behind it: how much it weighs against the rounds
-
-
-class RecordedRunPart(BaseModel):
-    """What one server run of this model on this GPU cost when it was measured.
-
-    The first line's estimate uses it before anything has run (`tuner.study.search.progress`):
-    a real start of this model, never a tiny model's, which on a GPU is several times shorter.
-    Written from a real study's stored trials (`scripts/gpu_study_summary.py --recorded-run`).
-    """
-
-    model_config = _FROZEN
-    startup_s: float = Field(gt=0)  # a start that compiles (the config's first on a machine)
-    # A start of a config that started before on this machine (vLLM's compile cache hit).
-    warm_startup_s: float | None = Field(default=None, gt=0)
-    agent_s_per_task: float = Field(gt=0)  # warm-up tasks included, over the space's methods
-    after_s: float = Field(ge=0)  # the probe, the plain benchmark and the stop
-    source: str = Field(min_length=1)  # where and when it was measured
-
-
 class Preset(BaseModel):
     """A whole preset file."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
     model: ModelPart
     gpu: GpuPart
     space: SearchSpace
@@ -581,122 +365,3 @@ class Preset(BaseModel):
             extra_args=m.server_args,
             env=dict(m.server_env),
         )
-
-
-def preset_dir() -> Path:
-    """`search_spaces/` in the source tree, or its copy inside an installed wheel."""
-    package_dir = Path(__file__).resolve().parent.parent
-    for candidate in (package_dir / "_search_spaces", package_dir.parent / "search_spaces"):
-        if candidate.is_dir():
-            return candidate
-    raise ConfigError(f"the search_spaces directory is missing next to {package_dir}")
-
-
-def known_presets() -> list[tuple[str, str]]:
-    """(model, gpu) pairs shipped with tuner."""
-    root = preset_dir()
-    return sorted((p.parent.name, p.stem) for p in root.glob("*/*.yaml"))
-
-
-def _known_line() -> str:
-    return ", ".join(f"--model {m} --gpu {g}" for m, g in known_presets())
-
-
-def load_preset(
-    *, model: str | None = None, gpu: str | None = None, space: Path | None = None
-) -> Preset:
-    """Load a preset by name pair or from a file; one clear ConfigError when it is wrong."""
-    if space is not None:
-        path = Path(space)
-        if not path.is_file():
-            raise ConfigError(f"search-space file {path} does not exist")
-    else:
-        if not model or not gpu:
-            raise ConfigError(f"give --model and --gpu (known: {_known_line()}) or --space FILE")
-        path = preset_dir() / model / f"{gpu}.yaml"
-        if not path.is_file():
-            raise ConfigError(f"no preset for --model {model} --gpu {gpu}; known: {_known_line()}")
-    text = path.read_text()
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(_yaml_error_line(path, exc)) from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: a preset is a mapping with model, gpu, space and workload")
-    data = _extended(path, data)
-    try:
-        return Preset.model_validate(data)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = tuple(err["loc"])
-        where = ".".join(str(p) for p in loc) or "(top level)"
-        line = _line_of(text, loc)
-        value = err.get("input")
-        # The offending scalar helps ("got 0"); a whole mapping or list would not fit a line.
-        scalar = isinstance(value, str | int | float) and err["type"] != "extra_forbidden"
-        got = f" (got {value!r})" if scalar and len(repr(value)) <= 60 else ""
-        message = str(err["msg"]).removeprefix("Value error, ")
-        raise ConfigError(f"{path}{line}: {where}: {message}{got}") from None
-
-
-def _extended(path: Path, data: dict[str, Any]) -> dict[str, Any]:
-    """`extends: OTHER.yaml` (a preset file beside this one): that preset's mapping with this
-    one's keys laid over it, mapping into mapping; a list or a scalar here replaces the other's.
-    One level: the other file may not extend a third."""
-    base_name = data.pop("extends", None)
-    if base_name is None:
-        return data
-    base_path = path.parent / str(base_name)
-    if not base_path.is_file():
-        raise ConfigError(
-            f"{path}: extends: {base_name} is not a preset file beside it; name one of "
-            f"{', '.join(sorted(p.name for p in path.parent.glob('*.yaml')))}"
-        )
-    try:
-        base = yaml.safe_load(base_path.read_text())
-    except yaml.YAMLError as exc:
-        raise ConfigError(_yaml_error_line(base_path, exc)) from None
-    if not isinstance(base, dict) or "extends" in base:
-        raise ConfigError(f"{path}: extends: {base_name} must be a whole preset (one level)")
-    return _overlay(base, data)
-
-
-def _overlay(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for key, value in top.items():
-        below = out.get(key)
-        if isinstance(below, dict) and isinstance(value, dict):
-            value = _overlay(below, value)
-        out[key] = value
-    return out
-
-
-def _yaml_error_line(path: Path, exc: yaml.YAMLError) -> str:
-    """`file:line:col: what is wrong` from a YAML error (PyYAML prints several lines)."""
-    mark = getattr(exc, "problem_mark", None)
-    where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
-    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-    context = getattr(exc, "context", None)
-    reason = f"{context}, {problem}" if context else problem
-    return f"{path}{where}: not valid YAML: {reason}; fix the file (YAML indents with spaces)"
-
-
-def _line_of(text: str, loc: tuple[Any, ...]) -> str:
-    """`:line:col` of the YAML node at a validation error's location ('' when not found)."""
-    try:
-        node: Any = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError:
-        return ""
-    mark = node.start_mark if node is not None else None
-    for key in loc:
-        if isinstance(node, yaml.MappingNode):
-            match = next((kv for kv in node.value if kv[0].value == str(key)), None)
-            if match is None:
-                break
-            mark, node = match[0].start_mark, match[1]
-        elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
-            node = node.value[key]
-            mark = node.start_mark
-        else:
-            break
-    return f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
