@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from tuner.study.space import Preset
-    from tuner.study.trial.evaluate import ThroughputPlan, TrialRequest, TrialResult
+    from tuner.study.trial.request import ThroughputPlan, TrialRequest, TrialResult
     from tuner.workload import RunProgress
 
 __all__ = ["FreshRun", "fresh_start", "locked", "request_for"]
@@ -55,7 +55,7 @@ def request_for(
     throughput: ThroughputPlan | None = None,
 ) -> TrialRequest:
     """The request a study's driver would send for `params` (no plain benchmark by default)."""
-    from tuner.study.trial.evaluate import ThroughputPlan, TrialRequest
+    from tuner.study.trial.request import ThroughputPlan, TrialRequest
 
     return TrialRequest(
         study_name=study,

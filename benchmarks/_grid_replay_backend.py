@@ -19,7 +19,7 @@ from tuner.metrics.scoring import score_tasks
 from tuner.records import TaskRecord, WorkloadRecord
 from tuner.study.space import config_key
 from tuner.study.trial.backend import Finished, Progress
-from tuner.study.trial.evaluate import TrialRequest, TrialResult
+from tuner.study.trial.request import TrialRequest, TrialResult
 
 __all__ = ["GridReplayBackend"]
 

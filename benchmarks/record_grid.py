@@ -77,7 +77,7 @@ from benchmarks._machine import machine_record
 from tuner.models import prepare
 from tuner.settings import get_settings
 from tuner.study.space import Preset, config_key, load_preset
-from tuner.study.trial.evaluate import ThroughputPlan, TrialResult
+from tuner.study.trial.request import ThroughputPlan, TrialResult
 
 DATA = Path(__file__).resolve().parent / "data" / "grid-smollm2-135m-cpu.json"
 LARGE_DATA = DATA.with_name("grid-smollm2-135m-cpu-large.json")

@@ -41,7 +41,7 @@ from tuner.metrics import RunOutcomes, judge_outputs, match_rates, paired_ratio
 from tuner.metrics.drift import MIN_CHANGE, detect_trend, first_round_gap
 from tuner.settings import get_settings
 from tuner.study import load_preset
-from tuner.study.trial.evaluate import TrialResult
+from tuner.study.trial.request import TrialResult
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "repeatability.md"

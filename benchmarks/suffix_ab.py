@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from tuner.metrics import RunOutcomes
-    from tuner.study.trial.evaluate import TrialResult
+    from tuner.study.trial.request import TrialResult
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 _MEMORY: dict[str, Any] = {"kv_cache_memory_bytes": 2_000_000_000, "max_num_seqs": 2}

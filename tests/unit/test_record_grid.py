@@ -102,7 +102,7 @@ def test_a_cold_compile_cache_run_is_not_recorded_as_the_config() -> None:
     import json
 
     from tuner.server.spec import ServerSpec
-    from tuner.study.trial.evaluate import TrialResult
+    from tuner.study.trial.request import TrialResult
 
     data = json.loads(record_grid.LARGE_DATA.read_text())
     starts = sorted(r["startup_s"] for r in data["runs"] if r.get("tasks_per_hour"))

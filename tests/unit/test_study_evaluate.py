@@ -16,7 +16,8 @@ from tuner.server.failures import StartupFailed, StartupFailure
 from tuner.study.search.recording import measurement_attrs
 from tuner.study.space import load_preset
 from tuner.study.trial import evaluate as evaluate_module
-from tuner.study.trial.evaluate import TrialRequest, evaluate
+from tuner.study.trial.evaluate import evaluate
+from tuner.study.trial.request import TrialRequest
 
 
 class _MambaLauncher:

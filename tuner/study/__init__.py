@@ -17,7 +17,7 @@ from tuner.study.search.driver import (
 )
 from tuner.study.search.roles import enqueue_run
 from tuner.study.space import Preset, known_presets, load_preset
-from tuner.study.trial.evaluate import ThroughputPlan, TrialRequest, TrialResult
+from tuner.study.trial.request import ThroughputPlan, TrialRequest, TrialResult
 
 __all__ = [
     "OptimizeOptions",

@@ -16,7 +16,7 @@ from typing import Any
 
 from tuner.records import ServerStartRecord, TaskRecord, WorkloadRecord
 from tuner.study.trial.backend import Finished, Progress
-from tuner.study.trial.evaluate import TrialRequest, TrialResult
+from tuner.study.trial.request import TrialRequest, TrialResult
 
 __all__ = ["ScriptedBackend", "ScriptedRun"]
 

@@ -68,7 +68,7 @@ from tuner.study.search.resume import counted, heartbeat_storage
 from tuner.study.search.roles import DEFAULT_BASELINE_EVERY, enqueue_run, is_sampled
 from tuner.study.space import Preset
 from tuner.study.trial.backend import Finished, Progress, TrialBackend
-from tuner.study.trial.evaluate import ThroughputPlan, TrialRequest
+from tuner.study.trial.request import ThroughputPlan, TrialRequest
 
 __all__ = [
     "OptimizeOptions",

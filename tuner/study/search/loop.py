@@ -72,7 +72,7 @@ from tuner.study.search.sampling import (
 )
 from tuner.study.space import Preset, config_key
 from tuner.study.trial.backend import Finished, TrialBackend
-from tuner.study.trial.evaluate import TrialRequest
+from tuner.study.trial.request import TrialRequest
 
 if TYPE_CHECKING:
     from tuner.study.search.budget import Budget

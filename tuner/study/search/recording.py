@@ -22,7 +22,7 @@ from tuner.storage import Store, TrialMeasurements
 from tuner.workload.reuse import count_reuse
 
 if TYPE_CHECKING:
-    from tuner.study.trial.evaluate import TrialResult
+    from tuner.study.trial.request import TrialResult
 
 __all__ = ["CONSTRAINT_NAME", "measurement_attrs", "record_result"]
 

@@ -39,7 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from tuner.study.trial.evaluate import TrialRequest, TrialResult
+from tuner.study.trial.request import TrialRequest, TrialResult
 
 __all__ = ["Finished", "Progress", "TrialBackend"]
 

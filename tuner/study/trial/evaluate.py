@@ -12,24 +12,26 @@ This is the "trainable" of the study: it knows nothing of Optuna or Ray. Lifecyc
 
 An interrupt (the study's Ctrl-C or SIGTERM, which reaches the worker as `should_abort`) ends
 the trial in seconds whatever it is doing: a start is given up (`Launcher.launch`'s
-`should_abort`), a ready server is stopped at once from a watcher thread (`_AbortWatch`), so the
-calibration probe, the warm-up, the scored tasks, the correctness probe or the plain benchmark
-fail on their requests in flight, and the trial returns `interrupted`, with nothing measured:
-the driver queues it again.
+`should_abort`), a ready server is stopped at once from a watcher thread (`AbortWatch`, in
+`tuner.study.trial.abort`), so the calibration probe, the warm-up, the scored tasks, the
+correctness probe or the plain benchmark fail on their requests in flight, and the trial returns
+`interrupted`, with nothing measured: the driver queues it again.
 
 Nothing measured is thrown away: once the scored workload has finished, an error in the plain
 benchmark or in stopping the server becomes a note on the result (`TrialResult.notes`), and
 the trial keeps its score and its rows.
+
+The request and the result are in `tuner.study.trial.request`; how a failed workload is read
+(did the server die, and in what words) in `tuner.study.trial.failures`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import re
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -41,73 +43,26 @@ from tuner.metrics.guards import AcceptanceCollapsed
 from tuner.records import ServerStartRecord, ThroughputRecord, WorkloadRecord
 from tuner.server import FailureKind, Launcher, ServerSpec
 from tuner.server.failures import StartupFailed
-from tuner.server.handle import ServerHandle
 from tuner.server.launcher import StartAborted
+from tuner.study.trial.abort import Aborted, AbortWatch
+from tuner.study.trial.failures import (
+    DEATH_WAIT_S,
+    answered_requests,
+    first_failure,
+    server_errors,
+    unless_died,
+)
+from tuner.study.trial.request import ThroughputPlan, TrialRequest, TrialResult
 from tuner.workload import (
     RunProgress,
     TokenCounter,
-    WorkloadSettings,
     run_throughput_sync,
     run_workload_sync,
 )
-from tuner.workload.calibration import Calibration, SizingPlan, measure_speeds
+from tuner.workload.calibration import Calibration, measure_speeds
 from tuner.workload.correctness_probe import ProbeResult, try_probe
 
-__all__ = ["ThroughputPlan", "TrialRequest", "TrialResult", "evaluate"]
-
-
-@dataclass(frozen=True)
-class ThroughputPlan:
-    """The plain benchmark to run after the workload (empty streams: not measured)."""
-
-    streams: tuple[int, ...] = (1, 8)
-    requests: int = 8
-    output_tokens: int = 128
-    prompt_tokens: int = 256
-
-
-@dataclass(frozen=True)
-class TrialRequest:
-    """Everything a worker needs to evaluate one candidate."""
-
-    study_name: str
-    trial_number: int
-    params: dict[str, Any]
-    spec: ServerSpec
-    workload: WorkloadSettings
-    cache_dir: str
-    startup_timeout_s: float = 1800.0
-    throughput: ThroughputPlan = field(default_factory=ThroughputPlan)
-    tokenizer: str | None = None
-    gpu_ids: tuple[int, ...] = ()
-    # The study's sizing is not chosen yet: measure this server's speeds once it is ready and
-    # run the scored workload at the size they pick (tuner.workload.calibration).
-    sizing: SizingPlan | None = None
-
-
-@dataclass(frozen=True)
-class TrialResult:
-    """What one evaluation measured (or why it could not)."""
-
-    trial_number: int
-    spec: ServerSpec
-    server_starts: tuple[ServerStartRecord, ...] = ()
-    workload: WorkloadRecord | None = None
-    throughput: tuple[ThroughputRecord, ...] = ()
-    failure_kind: str | None = None
-    failure_reason: str | None = None
-    infeasible: bool = False
-    pruned: bool = False
-    max_num_seqs_requested: int | None = None
-    max_num_seqs_clamped: int | None = None
-    wall_s: float = 0.0
-    startup_s: float = 0.0
-    workload_s: float = 0.0
-    throughput_s: float = 0.0
-    probe: ProbeResult | None = None  # greedy answers to the correctness probe
-    notes: tuple[str, ...] = ()  # errors after the workload finished; the score stands
-    calibration: Calibration | None = None  # the sizing this trial chose (request.sizing)
-    node_id: str | None = None  # the Ray node that ran it (set by the Ray worker)
+__all__ = ["evaluate"]
 
 
 StateCallback = Callable[[str], None]
@@ -123,71 +78,6 @@ def _noop_state(_state: str) -> None:
 
 # The `failure_kind` of a trial an interrupt ended (nothing of it is measured or stored).
 INTERRUPTED = "interrupted"
-# How often the abort watcher looks at `should_abort` (a flag the worker keeps).
-_ABORT_POLL_S = 0.1
-
-
-class _Aborted(Exception):
-    """The trial was told to abort: whatever it was doing is abandoned."""
-
-
-class _AbortWatch:
-    """Stops the trial's server as soon as `should_abort` says so, from a thread of its own.
-
-    The trial's own thread may be blocked in a request that takes a minute on a slow CPU (a
-    calibration prefill, an agent's step, the probe's answers); stopping the server under it
-    makes that request fail at once, and `check()` turns what follows into `_Aborted`.
-    """
-
-    def __init__(self, should_abort: Callable[[], bool] | None) -> None:
-        self._should_abort = should_abort
-        self.fired = threading.Event()
-        self._lock = threading.Lock()
-        self._handle: ServerHandle | None = None
-        self._done = threading.Event()
-        self._thread: threading.Thread | None = None
-        if should_abort is not None:
-            self._thread = threading.Thread(target=self._watch, name="abort-watch", daemon=True)
-            self._thread.start()
-
-    def _watch(self) -> None:
-        assert self._should_abort is not None
-        while not self._done.wait(_ABORT_POLL_S):
-            if self._should_abort():
-                self.fired.set()
-                with self._lock:
-                    handle = self._handle
-                if handle is not None:
-                    _stop_quietly(handle)
-                return
-
-    def aborted(self) -> bool:
-        """Whether the trial was told to abort (looked at now, not at the watcher's next poll)."""
-        if not self.fired.is_set() and self._should_abort is not None and self._should_abort():
-            self.fired.set()
-        return self.fired.is_set()
-
-    def check(self) -> None:
-        """Raise `_Aborted` once the trial was told to abort."""
-        if self.aborted():
-            raise _Aborted()
-
-    def attach(self, handle: ServerHandle | None) -> None:
-        """The server to stop on abort (None: the trial has none now)."""
-        with self._lock:
-            self._handle = handle
-        if handle is not None and self.aborted():  # fired before it had a server to stop
-            _stop_quietly(handle)
-
-    def close(self) -> None:
-        """Stop watching (the trial is over)."""
-        self._done.set()
-
-
-def _stop_quietly(handle: ServerHandle) -> None:
-    # A survivor of SIGKILL is the reaper's to find; the abort itself must not raise here.
-    with contextlib.suppress(TunerError):
-        handle.stop_now()
 
 
 def evaluate(
@@ -204,14 +94,14 @@ def evaluate(
     `should_abort`: asked several times a second; True ends the trial within seconds in any
     phase, its server stopped, as `failure_kind` "interrupted" with nothing measured.
     """
-    watch = _AbortWatch(should_abort)
+    watch = AbortWatch(should_abort)
     try:
         try:
             return _evaluate(request, on_state, on_progress, should_stop, on_ready, watch)
         except Exception:
             watch.check()  # an error the abort caused (its server stopped under a request)
             raise
-    except _Aborted:
+    except Aborted:
         return TrialResult(
             trial_number=request.trial_number,
             spec=request.spec,
@@ -228,7 +118,7 @@ def _evaluate(
     on_progress: ProgressCallback | None,
     should_stop: Callable[[], bool] | None,
     on_ready: ReadyCallback | None,
-    watch: _AbortWatch,
+    watch: AbortWatch,
 ) -> TrialResult:
     t0 = time.monotonic()
     cache = Path(request.cache_dir)
@@ -259,7 +149,7 @@ def _evaluate(
                 should_abort=watch.aborted,
             )
         except StartAborted:
-            raise _Aborted() from None
+            raise Aborted() from None
         except StartupFailed as exc:
             watch.check()  # a server that died of the interrupt's stop is no failure of its own
             failure = exc.failure
@@ -310,7 +200,7 @@ def _measure(  # noqa: C901, PLR0913 (steps 3-5 in order, each with its abort ch
     startup_s: float,
     requested: int | None,
     clamped: int | None,
-    watch: _AbortWatch,
+    watch: AbortWatch,
 ) -> TrialResult:
     """Steps 3-5 on a started server: workload, plain benchmark, stop.
 
@@ -353,7 +243,7 @@ def _measure(  # noqa: C901, PLR0913 (steps 3-5 in order, each with its abort ch
                     planned[0] = request.workload.tasks
                 except TunerError as exc:
                     watch.check()
-                    failure_kind, failure_reason, infeasible = _unless_died(
+                    failure_kind, failure_reason, infeasible = unless_died(
                         handle, 0, "workload_failed", f"the calibration probe failed: {exc}", False
                     )
             watch.check()
@@ -378,7 +268,7 @@ def _measure(  # noqa: C901, PLR0913 (steps 3-5 in order, each with its abort ch
             except AcceptanceCollapsed as exc:
                 watch.check()  # the abort stopped the server under the workload
                 # Drafting on, accepting nothing: a broken config here, never a slow one.
-                failure_kind, failure_reason, infeasible = _unless_died(
+                failure_kind, failure_reason, infeasible = unless_died(
                     handle, exc.answered_requests, "acceptance_collapsed", str(exc), True,
                     wait_s=0.5,
                 )  # fmt: skip
@@ -386,12 +276,12 @@ def _measure(  # noqa: C901, PLR0913 (steps 3-5 in order, each with its abort ch
                 watch.check()
                 # Alive but not finishing tasks: this config cannot serve the workload here,
                 # so it is infeasible (the sampler steers away) unless the server in fact died.
-                failure_kind, failure_reason, infeasible = _unless_died(
+                failure_kind, failure_reason, infeasible = unless_died(
                     handle, exc.answered_requests, "server_stalled", f"the vLLM server {exc}", True
                 )
             except (TunerError, httpx.HTTPError) as exc:
                 watch.check()
-                failure_kind, failure_reason, infeasible = _unless_died(
+                failure_kind, failure_reason, infeasible = unless_died(
                     handle,
                     getattr(exc, "answered_requests", None),
                     "workload_failed",
@@ -403,25 +293,25 @@ def _measure(  # noqa: C901, PLR0913 (steps 3-5 in order, each with its abort ch
             stopped_early = (
                 workload is not None and asked_to_stop[0] and workload.tasks < planned[0]
             )
-            if workload is not None and not stopped_early and _answered(workload) == 0:
+            if workload is not None and not stopped_early and answered_requests(workload) == 0:
                 # Not one request answered: no measurement. On the vLLM CPU build the tiny
                 # hybrid's engine core dies at its first request while the API server answers
                 # HTTP 500 ("EngineCore encountered an issue") until it exits: its own cause.
-                failure_kind, failure_reason, infeasible = _unless_died(
+                failure_kind, failure_reason, infeasible = unless_died(
                     handle,
                     0,
                     "workload_failed",
                     "the server answered none of the workload's requests: "
-                    + _first_failure(workload),
+                    + first_failure(workload),
                     False,
-                    wait_s=_DEATH_WAIT_S,
+                    wait_s=DEATH_WAIT_S,
                 )
                 workload = None
-            if workload is not None and not stopped_early and _server_errors(workload):
+            if workload is not None and not stopped_early and server_errors(workload):
                 # HTTP 5xx answers, then the server exits: vLLM's API server answers 500 for a
                 # moment after its engine core died. A crash, in its own words, not a config
                 # that fails some tasks; a server that lives on keeps its score.
-                death = handle.death(_answered(workload), wait_s=_DEATH_WAIT_S)
+                death = handle.death(answered_requests(workload), wait_s=DEATH_WAIT_S)
                 if death is not None:
                     failure_kind, failure_reason, infeasible = (
                         death.kind, death.reason, death.infeasible,
@@ -475,46 +365,6 @@ def _measure(  # noqa: C901, PLR0913 (steps 3-5 in order, each with its abort ch
 
 class _Skip(Exception):
     """The calibration probe failed: no workload on this server."""
-
-
-# A server whose engine died answers HTTP 500 for a moment before its API server exits.
-_DEATH_WAIT_S = 20.0
-
-
-def _unless_died(
-    handle: Any,
-    answered: int | None,
-    kind: str,
-    reason: str,
-    infeasible: bool,
-    *,
-    wait_s: float = 5.0,
-) -> tuple[str, str, bool]:
-    """(failure kind, reason, infeasible) of a failed workload, unless the server died: then
-    its death in its own words (the log's root cause, not the client's error), infeasible when
-    it died at its first request."""
-    death = handle.death(answered, wait_s=wait_s)
-    if death is None:
-        return kind, reason, infeasible
-    return death.kind, death.reason, death.infeasible
-
-
-_SERVER_ERROR = re.compile(r"\bHTTP 5\d\d\b")
-
-
-def _server_errors(workload: WorkloadRecord) -> bool:
-    """Whether a task failed on an HTTP 5xx answer (warm-up included)."""
-    return any(_SERVER_ERROR.search(t.failure_reason or "") for t in workload.task_records)
-
-
-def _answered(workload: WorkloadRecord) -> int:
-    """Requests the server answered, warm-up included."""
-    return sum(len(t.steps) for t in workload.task_records)
-
-
-def _first_failure(workload: WorkloadRecord) -> str:
-    reasons = [t.failure_reason for t in workload.task_records if t.failure_reason]
-    return reasons[0] if reasons else "no task recorded a reason"
 
 
 def _line(exc: BaseException) -> str:

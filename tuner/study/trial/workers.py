@@ -36,7 +36,8 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from tuner.study.trial.backend import Finished, Progress
-from tuner.study.trial.evaluate import TrialRequest, TrialResult, evaluate
+from tuner.study.trial.evaluate import evaluate
+from tuner.study.trial.request import TrialRequest, TrialResult
 from tuner.workload import RunProgress
 
 __all__ = [
