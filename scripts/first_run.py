@@ -37,7 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tuner.study.search.progress import minutes  # noqa: E402
+from tuner.study.search.estimate import minutes  # noqa: E402
 from tuner.study.search.roles import DEFAULT_BASELINE_EVERY  # noqa: E402
 from tuner.study.space import load_preset  # noqa: E402
 

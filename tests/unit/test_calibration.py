@@ -15,7 +15,7 @@ import pytest
 
 from tuner.study.preflight.calibration import scaled_shape, sizing_plan
 from tuner.study.preflight.sizing import min_tasks
-from tuner.study.search.progress import estimate_line
+from tuner.study.search.estimate import estimate_line
 from tuner.study.space import load_preset
 from tuner.workload.calibration import Calibration, SizingOption, SizingPlan, Speeds
 from tuner.workload.settings import WorkloadSettings

@@ -17,8 +17,8 @@ from tuner.errors import ConfigError
 from tuner.study.search import budget as budget_module
 from tuner.study.search.budget import Budget, search_share, split_runs
 from tuner.study.search.driver import request_factory
+from tuner.study.search.estimate import planned_run_s
 from tuner.study.search.loop import LoopSettings, StudyLoop
-from tuner.study.search.progress import planned_run_s
 from tuner.study.space import Preset, load_preset
 from tuner.testing.scripted_backend import ScriptedBackend, ScriptedRun
 

@@ -12,19 +12,21 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner.attrs import Role, TrialAttr
 from tuner.study.search.driver import request_factory
+from tuner.study.search.estimate import (
+    estimate_line,
+    eta_line,
+    minutes,
+    planned_runs,
+    run_estimate_s,
+)
 from tuner.study.search.loop import LoopSettings, StudyLoop
 from tuner.study.search.progress import (
     ProgressLines,
     clock,
-    estimate_line,
-    eta_line,
     finished_line,
     heartbeat_line,
     interrupted_line,
-    minutes,
-    planned_runs,
     ready_line,
-    run_estimate_s,
     started_line,
 )
 from tuner.study.search.roles import role_of, search_reruns

@@ -254,7 +254,7 @@ def _budget(
     from tuner.errors import ConfigError
     from tuner.study.preflight.plan import read_stored_study
     from tuner.study.search.budget import END_RESERVE_S, GAP_S, Budget
-    from tuner.study.search.progress import planned_run_s
+    from tuner.study.search.estimate import planned_run_s
     from tuner.study.search.sampling import enumerate_space
     from tuner.study.stages.confirm import floor_start_needed
 
@@ -359,7 +359,8 @@ def _announce(options: Any, preset: Any, plan: Any, n_trials: int) -> None:
     the confirmation runs the ETA counts on (`planned_runs`: a new study's finalists are at
     most its `n_trials - 1` candidates)."""
     from tuner.study.preflight.plan import read_stored_study
-    from tuner.study.search.progress import estimate_line, planned_runs, workload_line
+    from tuner.study.search.estimate import estimate_line, planned_runs
+    from tuner.study.search.progress import workload_line
 
     budget = getattr(options, "budget", None)
     if budget is not None:

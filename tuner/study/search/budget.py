@@ -2,7 +2,7 @@
 
 The budget buys server runs: its seconds over the cost of one run (a server start, the scored
 window and the plain benchmark, plus the driver's gap between two runs). Before anything ran
-the cost is the estimate's (`tuner.study.search.progress.planned_run_s`: the preset's figures,
+the cost is the estimate's (`tuner.study.search.estimate.planned_run_s`: the preset's figures,
 bounded by the window the first server sizes the workload to on a CPU preset, a GPU preset's
 recorded runs of its own model); after each finished run it is this command's measured mean
 of its full runs (a screened-out run is shorter and says nothing of a confirmation run).
@@ -348,7 +348,7 @@ class Budget:
 
     def plan_line(self) -> str:
         """The first line: what the budget buys and how it is split."""
-        from tuner.study.search.progress import minutes
+        from tuner.study.search.estimate import minutes
 
         plan = self.plan()
         head = f"plan: budget {self.text or minutes(self.budget_s)}"
@@ -367,7 +367,7 @@ class Budget:
 
     def revised_line(self, plan: BudgetPlan) -> str:
         """The plan again, on this command's measured runs."""
-        from tuner.study.search.progress import minutes
+        from tuner.study.search.estimate import minutes
 
         run = self.run_s()
         return (

@@ -216,7 +216,7 @@ class BetweenRunPart(BaseModel):
 class RecordedRunPart(BaseModel):
     """What one server run of this model on this GPU cost when it was measured.
 
-    The first line's estimate uses it before anything has run (`tuner.study.search.progress`):
+    The first line's estimate uses it before anything has run (`tuner.study.search.estimate`):
     a real start of this model, never a tiny model's, which on a GPU is several times shorter.
     Written from a real study's stored trials (`scripts/gpu_study_summary.py --recorded-run`).
     """
