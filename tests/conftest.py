@@ -158,8 +158,8 @@ def stub_cluster_join(monkeypatch: pytest.MonkeyPatch) -> None:
 
     import tuner.cli._checks as checks
     import tuner.cli.optimize as optimize_cli
-    from tuner.study.search import driver
+    from tuner.study.search import ray_session
 
-    monkeypatch.setattr(driver, "_check_ray_address", lambda _address: None)
+    monkeypatch.setattr(ray_session, "check_ray_address", lambda _address: None)
     monkeypatch.setattr(optimize_cli, "_one_ray", lambda _address: contextlib.nullcontext())
     monkeypatch.setattr(checks, "cluster_slots", lambda *_args: None)

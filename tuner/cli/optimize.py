@@ -191,7 +191,7 @@ def optimize_cmd(
         slots=slots,
     )
     if ray_address:  # a socket connect: one line within seconds, before anything is printed
-        from tuner.study.search.driver import _check_ray_address
+        from tuner.study.search.ray_session import check_ray_address as _check_ray_address
 
         _check_ray_address(ray_address)
     from tuner.storage import masked
@@ -514,7 +514,8 @@ def _one_ray(address: str | None) -> Iterator[None]:
     """Ray for the whole command: a local instance, or the cluster at `address`, joined once."""
     import ray
 
-    from tuner.study.search.driver import _start_ray, _stop_ray
+    from tuner.study.search.ray_session import start_ray as _start_ray
+    from tuner.study.search.ray_session import stop_ray as _stop_ray
 
     if ray.is_initialized():
         yield

@@ -10,33 +10,28 @@ Lifecycle of `optimize()`:
    RDB heartbeat so several drivers can share it (`tuner.study.search.resume`).
 4. Reap vLLM servers orphaned on this host by a killed run.
 5. Run `tuner.study.search.loop.StudyLoop` on a `RayBackend` (one worker actor per GPU slot).
-6. On Ctrl-C/SIGTERM: from the signal on, nothing a trial returns is stored (`_Sizing`
+6. On Ctrl-C/SIGTERM: from the signal on, nothing a trial returns is stored (`SizingBackend`
    holds it back, a calibration included); say in one line what stops (the running trials,
    re-queued as interrupted) and the command that resumes; abort them (`RayBackend.abort`:
    each worker stops its server at once, whether it is starting, calibrating, warming up,
    scoring, probing or benchmarking), leave no server, raise `StudyInterrupted` (the CLI exits
    130, for SIGTERM too), all within 10 s of the signal. A second Ctrl-C quits at once
-   (`_quit_now`): it kills this run's server groups and every process this one started, and
+   (`quit_now`): it kills this run's server groups and every process this one started, and
    exits 130.
+
+Ray's start and stop are in `tuner.study.search.ray_session`, the signals' handling in
+`tuner.study.search.interrupts`, the backend wrapper in `tuner.study.search.sizing_backend`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import logging
-import os
-import secrets
-import shutil
 import signal
-import socket
 import sys
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import optuna
 from optuna.trial import FrozenTrial
@@ -45,11 +40,7 @@ from tuner import __version__
 from tuner.attrs import StudyAttr, TrialAttr, is_feasible
 from tuner.errors import ConfigError, StudyError
 from tuner.models import MODEL_NAMES, prepare
-from tuner.results.configs import describe_config_short
 from tuner.server import ServerSpec, reap_orphans
-from tuner.server.handle import ABORT_GRACE_S
-from tuner.server.reaper import descendants, kill_group, live_records
-from tuner.server.supervisor import DRIVER_NICE_ENV
 from tuner.storage import Store, normalize_url
 from tuner.study.preflight.plan import (
     StudyPlan,
@@ -61,13 +52,22 @@ from tuner.study.preflight.plan import (
 from tuner.study.preflight.plan import reduce_space as _reduce_space
 from tuner.study.search.budget import Budget
 from tuner.study.search.display import SlotView, StudyDisplay, ran_params
+from tuner.study.search.interrupts import (
+    Interrupted,
+    quit_now,
+    raise_interrupt,
+    say_interrupted,
+    stop_loop,
+    stop_my_servers,
+)
 from tuner.study.search.loop import LoopOutcome, LoopSettings, RequestFactory, StudyLoop
-from tuner.study.search.progress import ProgressLines, interrupted_line
+from tuner.study.search.progress import ProgressLines
 from tuner.study.search.pruning import PruneRule, ScreenRule
+from tuner.study.search.ray_session import check_ray_address, start_ray, stop_ray
 from tuner.study.search.resume import counted, heartbeat_storage
 from tuner.study.search.roles import DEFAULT_BASELINE_EVERY, enqueue_run, is_sampled
+from tuner.study.search.sizing_backend import SizingBackend
 from tuner.study.space import Preset
-from tuner.study.trial.backend import Finished, Progress, TrialBackend
 from tuner.study.trial.request import ThroughputPlan, TrialRequest
 
 __all__ = [
@@ -82,8 +82,6 @@ __all__ = [
     "run_waiting",
     "same_scores",
 ]
-
-RAY_CONNECT_TIMEOUT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -222,209 +220,6 @@ def _model_path(preset: Preset, cache_dir: Path, say: Callable[[str], None] | No
     return preset.model.checkpoint
 
 
-def _check_ray_address(address: str) -> None:
-    """One clear line within seconds when nothing answers at `address` (Ray waits minutes)."""
-    if address in ("auto", "local"):
-        return
-    parts = urlsplit(address if "://" in address else f"ray://{address}")
-    host, port = parts.hostname, parts.port or (10001 if parts.scheme == "ray" else 6379)
-    if not host:
-        raise ConfigError(f"--ray-address {address!r} is not HOST:PORT or ray://HOST:PORT")
-    try:
-        with socket.create_connection((host, port), timeout=RAY_CONNECT_TIMEOUT_S):
-            pass
-    except OSError as exc:
-        raise ConfigError(
-            f"no Ray cluster answers at {address} ({exc.strerror or exc}); start one with "
-            "`ray start --head` or leave out --ray-address for a local one"
-        ) from None
-
-
-class _NoTokenNotice(logging.Filter):
-    """Drops Ray's notice that a new local instance turned token authentication on.
-
-    Ray (2.5x) logs it at every `ray.init()` that starts a cluster while `RAY_AUTH_MODE` is unset
-    ("Token authentication is enabled for this Ray cluster. Set RAY_AUTH_MODE=disabled to opt
-    out."): in tuner's output it reads as a problem to fix, and there is none (the private
-    instance keeps token authentication on). Setting the mode instead works only before Ray is
-    imported, which a library cannot promise; other warnings of that logger still show.
-    """
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not record.getMessage().startswith("Token authentication is enabled")
-
-
-_RAY_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
-
-
-def _private_token(ray_tmp: Path) -> None:
-    """A new local instance's token file, in its own temp dir, not in the user's home.
-
-    With token authentication on (Ray 2.5x's default for a local `ray.init()`) and no token
-    anywhere, Ray writes a new one to ~/.ray/auth_token and leaves it there after the study.
-    Unless the user chose (RAY_AUTH_MODE=disabled, RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH set, or
-    a ~/.ray/auth_token of their own, which Ray then uses), the instance gets a 0600 file in its
-    private temp dir, named by RAY_AUTH_TOKEN_PATH for the driver and, through the environment,
-    for Ray's daemons and workers; `_stop_ray` removes both.
-    """
-    if os.environ.get("RAY_AUTH_MODE", "").lower() == "disabled":
-        return
-    if any(os.environ.get(v) for v in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")):
-        return
-    if (Path.home() / ".ray" / "auth_token").exists():
-        return
-    path = ray_tmp / "auth_token"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(secrets.token_hex(32))
-    os.environ["RAY_AUTH_TOKEN_PATH"] = str(path)
-    _reset_token_cache()
-
-
-def _reset_token_cache() -> None:
-    # Ray's C++ loader caches the token it found first; a second local instance in this
-    # process has another file. A best effort: the loader is Ray's internal API.
-    with contextlib.suppress(Exception):
-        from ray._raylet import AuthenticationTokenLoader  # type: ignore[attr-defined]
-
-        AuthenticationTokenLoader.instance().reset_cache()
-
-
-def _stop_ray(ray_tmp: Path | None) -> None:
-    """Shut Ray down; a local instance's temp dir and private token go with it."""
-    import ray
-
-    ray.shutdown()
-    if ray_tmp is None:
-        return
-    shutil.rmtree(ray_tmp, ignore_errors=True)
-    token = os.environ.get("RAY_AUTH_TOKEN_PATH")
-    if token and Path(token).parent == ray_tmp:
-        del os.environ["RAY_AUTH_TOKEN_PATH"]
-        _reset_token_cache()
-
-
-def _start_ray(address: str | None) -> Path | None:
-    """Start or join Ray; the private temp dir of a local instance this call started."""
-    import ray
-
-    if ray.is_initialized():
-        return None
-    auth_log = logging.getLogger(_RAY_AUTH_LOGGER)
-    if not any(isinstance(f, _NoTokenNotice) for f in auth_log.filters):
-        auth_log.addFilter(_NoTokenNotice())
-    if address:
-        _check_ray_address(address)
-        ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
-        return None
-    # address="local": never join another study's instance found through /tmp/ray; a temp
-    # dir of its own keeps two local instances' sessions and sockets apart.
-    ray_tmp = Path(tempfile.mkdtemp(prefix="tuner-ray-", dir=_short_tmp()))
-    _private_token(ray_tmp)
-    # Ray runs its workers at niceness 15 and vLLM would inherit it from the worker that
-    # launches it, so any other process on the box would outrank the server being measured.
-    # A local instance inherits this environment: the supervisor puts the server back at the
-    # driver's niceness (tuner/server/supervisor.py).
-    os.environ.setdefault(DRIVER_NICE_ENV, str(os.getpriority(os.PRIO_PROCESS, 0)))
-    ray.init(
-        address="local",
-        num_cpus=os.cpu_count() or 1,
-        include_dashboard=False,
-        log_to_driver=False,
-        logging_level=logging.WARNING,
-        _temp_dir=str(ray_tmp),
-    )
-    return ray_tmp
-
-
-def _short_tmp() -> str | None:
-    # Ray's socket paths must stay under 107 bytes; mkdtemp's private 0700 dir keeps it safe.
-    return "/tmp" if Path("/tmp").is_dir() else None  # noqa: S108
-
-
-class _Interrupted(KeyboardInterrupt):
-    """SIGTERM before the loop runs (Ray starting, the study opening): a KeyboardInterrupt, so
-    the CLI says how to resume and exits 130 as for Ctrl-C, and no `except Exception` on the
-    way swallows it."""
-
-
-def _raise_interrupt(_signum: int, _frame: object) -> None:
-    raise _Interrupted()
-
-
-def _stop_loop(loop: StudyLoop, backend: _Sizing) -> Callable[[int, object], None]:
-    """A handler that asks the loop to stop: an exception raised inside Ray's C++ `wait`
-    surfaces as a SystemError and skips the clean stop, so the loop raises it itself. From
-    this moment the backend holds back what trials return: nothing measured after the signal
-    is stored."""
-
-    def handler(_signum: int, _frame: object) -> None:
-        backend.interrupted = True
-        loop.stop_requested = True
-
-    return handler
-
-
-def _stop_my_servers(cache_dir: Path) -> None:
-    """Stop the server groups this process tree still owns after an interrupt's abort.
-
-    None, normally: each worker stopped its own. A worker killed for not stopping in time
-    leaves its group to its supervisor (a grace of seconds more); this does it now.
-    """
-    mine = {os.getpid(), *descendants(os.getpid())}
-    for record in live_records(cache_dir / "run"):
-        if record.owner_pid in mine:
-            kill_group(record.pgid, grace_s=ABORT_GRACE_S, since_ticks=record.start_ticks)
-
-
-def _say_interrupted(loop: StudyLoop, options: OptimizeOptions) -> None:
-    """The one line of a Ctrl-C: what stops, that it is re-queued, the command that resumes."""
-    trials = [
-        (n, dict(run.trial.user_attrs), describe_config_short(dict(run.trial.params)))
-        for n, run in sorted(loop.inflight.items())
-    ]
-    resume = options.resume_command or "the same command"
-    print(interrupted_line(trials, resume), file=sys.stderr, flush=True)
-
-
-def _quit_now(cache_dir: Path) -> Callable[[int, object], None]:
-    """The second Ctrl-C's handler: no waiting for trials to stop at a task boundary.
-
-    Kills the server groups this process tree started (their pid files under the cache name
-    the owner), then every process this one started (Ray's workers and daemons), removes Ray's
-    temp dir, and exits 130 at once.
-    """
-
-    def handler(_signum: int, _frame: object) -> None:
-        mine = {os.getpid(), *descendants(os.getpid())}
-        for record in live_records(cache_dir / "run"):
-            if record.owner_pid in mine:
-                kill_group(record.pgid, grace_s=0.0, since_ticks=record.start_ticks)
-        for pid in descendants(os.getpid()):
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
-        temp = _ray_temp_dir()
-        if temp is not None:
-            shutil.rmtree(temp, ignore_errors=True)
-        os._exit(130)
-
-    return handler
-
-
-def _ray_temp_dir() -> str | None:
-    """The local Ray instance's private temp dir (`_start_ray`'s), None when there is none."""
-    try:
-        import ray._private.worker as ray_worker
-
-        node = ray_worker._global_node
-        temp = node.get_temp_dir_path() if node is not None else None
-    except Exception:  # a best effort on the way out: Ray's internals may move
-        return None
-    if temp and Path(temp).parent.name.startswith("tuner-ray-"):
-        return str(Path(temp).parent)
-    return None
-
-
 def optimize(preset: Preset, options: OptimizeOptions) -> StudySummary:
     """Run the study until this run's `n_trials` trials that started a server have finished.
 
@@ -446,15 +241,15 @@ def _run(preset: Preset, options: OptimizeOptions, *, budgeted: bool) -> StudySu
     # The live display and the summary say what Optuna's per-trial INFO lines would.
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     if options.ray_address:  # a socket connect: seconds, before the slower checks below
-        _check_ray_address(options.ray_address)
+        check_ray_address(options.ray_address)
     # One step: vLLM's knobs, the model, the space for the workload and the workload's sizing.
     plan = study_plan(preset, options, budgeted=budgeted)
     preset, model_path = plan.preset, plan.model_path
     joined = options.ray_address is not None and not ray.is_initialized()
-    ray_tmp = _start_ray(options.ray_address)
-    backend: _Sizing | None = None
+    ray_tmp = start_ray(options.ray_address)
+    backend: SizingBackend | None = None
     store: Store | None = None
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    previous = signal.signal(signal.SIGTERM, raise_interrupt)
     previous_int = signal.getsignal(signal.SIGINT)
     try:
         store = Store(options.storage_url)
@@ -462,7 +257,7 @@ def _run(preset: Preset, options: OptimizeOptions, *, budgeted: bool) -> StudySu
         study.set_user_attr(StudyAttr.SPACE_REDUCTIONS, list(plan.reductions))
         plan.start.record(study)
         plan.sizing.store_decision(study)
-        backend = _Sizing(
+        backend = SizingBackend(
             RayBackend(
                 slots=options.slots or preset.gpu.slots, gpus_per_slot=preset.gpu.gpus_per_slot
             ),
@@ -488,20 +283,20 @@ def _run(preset: Preset, options: OptimizeOptions, *, budgeted: bool) -> StudySu
             store=store,
             display=display,
         )
-        signal.signal(signal.SIGTERM, _stop_loop(loop, backend))
-        signal.signal(signal.SIGINT, _stop_loop(loop, backend))
+        signal.signal(signal.SIGTERM, stop_loop(loop, backend))
+        signal.signal(signal.SIGINT, stop_loop(loop, backend))
         try:
             with display:
                 outcome = loop.run()
-        except (KeyboardInterrupt, _Interrupted):
+        except (KeyboardInterrupt, Interrupted):
             backend.interrupted = True
-            _say_interrupted(loop, options)
-            signal.signal(signal.SIGINT, _quit_now(options.cache_dir))
+            say_interrupted(loop, options.resume_command)
+            signal.signal(signal.SIGINT, quit_now(options.cache_dir))
             # Every running trial stops now, in whatever phase; the loop marks them
             # interrupted and queues them again once they are back (seconds, not a task).
             backend.abort()
             loop.abandon()
-            _stop_my_servers(options.cache_dir)
+            stop_my_servers(options.cache_dir)
             raise StudyInterrupted() from None
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -514,7 +309,7 @@ def _run(preset: Preset, options: OptimizeOptions, *, budgeted: bool) -> StudySu
         if store is not None:
             store.close()
         if ray_tmp is not None or joined:
-            _stop_ray(ray_tmp)
+            stop_ray(ray_tmp)
     return _summary(study, outcome)
 
 
@@ -581,86 +376,6 @@ def reduce_space(
 
 def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
-
-
-class _Sizing:
-    """The backend, with the study's first calibration stored as soon as its trial returns.
-
-    The calibration is written (with the preset's workload replaced by the chosen one) before
-    the loop records that trial, so no trial is requested, and no driver resumes, without it.
-
-    Also the interrupt's gate: once `interrupted` is set (by the signal handler), `wait` hands
-    the loop no trial and stores no calibration; after `abort` it hands back every trial that
-    returned, as a result-less `Finished` the loop's `abandon` only counts as back.
-    """
-
-    def __init__(
-        self,
-        backend: TrialBackend,
-        study: optuna.Study,
-        sizing: WorkloadSizing,
-        say: Callable[[str], None],
-    ) -> None:
-        self._backend, self._study, self._sizing, self._say = backend, study, sizing, say
-        self.interrupted = False
-        self._aborted = False
-        self._held: list[Finished] = []
-
-    @property
-    def slots(self) -> int:
-        """The wrapped backend's."""
-        return self._backend.slots
-
-    def ready(self, slot: int) -> bool:
-        """The wrapped backend's: a wrapper that answered for it would start trials on slots
-        that cannot run them (a lost node's replacement worker, not placed yet)."""
-        return self._backend.ready(slot)
-
-    def submit(self, slot: int, request: TrialRequest) -> None:
-        """Start `request` on the wrapped backend."""
-        self._backend.submit(slot, request)
-
-    def wait(self, timeout_s: float) -> list[Finished]:
-        """The wrapped backend's finished trials, after storing a calibration one carries."""
-        finished = self._backend.wait(timeout_s)
-        if self.interrupted:
-            # Measured after the signal, or racing it: never stored (the trial runs again).
-            self._held.extend(finished)
-            if not self._aborted:
-                return []
-            back = [
-                Finished(f.slot, f.trial_number, None, crash="interrupted", node_id=f.node_id)
-                for f in self._held
-            ]
-            self._held.clear()
-            return back
-        for f in finished:
-            if f.result is not None and f.result.calibration is not None:
-                self._sizing.record(self._study, f.result.calibration, self._say)
-        return finished
-
-    def abort(self) -> None:
-        """Stop every running trial now (the wrapped backend's `abort`, where it has one)."""
-        self.interrupted = self._aborted = True
-        abort = getattr(self._backend, "abort", None)
-        if abort is not None:
-            abort()
-
-    def progress(self) -> dict[int, Progress]:
-        """The wrapped backend's."""
-        return self._backend.progress()
-
-    def request_stop(self, trial_number: int) -> None:
-        """Ask the wrapped backend."""
-        self._backend.request_stop(trial_number)
-
-    def now(self) -> float:
-        """The wrapped backend's clock."""
-        return self._backend.now()
-
-    def close(self) -> None:
-        """Close the wrapped backend."""
-        self._backend.close()
 
 
 def apply_overrides(spec: ServerSpec, overrides: dict[str, Any]) -> ServerSpec:
