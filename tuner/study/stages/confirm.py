@@ -625,7 +625,7 @@ def confirm_study(
     verdicts = record_verdicts(study, options.storage_url)
     if stopped is not None:
         study.set_user_attr(StudyAttr.CONFIRM_STOP, {"rounds": stopped[0], "reason": stopped[1]})
-    study.set_user_attr(StudyAttr.CONFIRM_PENDING, False)
+    end_stage(url, study)
     return ConfirmSummary(tuple(t.number for t in configs), queued, verdicts, stopped)
 
 
@@ -794,6 +794,22 @@ def _first_rounds(results: StudyResults, rounds: int) -> StudyResults:
 
 # How often a driver looks again at the confirmation runs another driver is running.
 WAIT_POLL_S: Final = 2.0
+
+
+def end_stage(url: str, study: optuna.Study) -> bool:
+    """Clear `StudyAttr.CONFIRM_PENDING` (the stage is over) unless a confirmation run is still
+    queued or running: another driver's stage is not over (it may have a later budget, or
+    a round this one did not need), and if that driver is killed, the next `tuner optimize`
+    must still find the stage pending and finish it rather than search. That driver clears it
+    when its own stage ends. Under the confirm lock, as rounds are queued, so no round is
+    queued between the check and the write. Returns whether it was cleared."""
+    from tuner.storage.locks import study_lock
+
+    with study_lock(url, study.study_name, "confirm"):
+        if _open_runs(study.get_trials(deepcopy=False)):
+            return False
+        study.set_user_attr(StudyAttr.CONFIRM_PENDING, False)
+        return True
 
 
 def _open_runs(trials: list[FrozenTrial]) -> list[FrozenTrial]:
