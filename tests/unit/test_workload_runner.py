@@ -363,3 +363,28 @@ def test_the_run_says_what_it_does_through_warm_up_sweeps_and_scoring(
     rates = [re.fullmatch(pattern, s) for s in scoring]
     assert all(rates), scoring
     assert any(int(m.group(1)) > 0 and m.group(2) != "0" for m in rates if m), scoring
+
+
+@pytest.mark.parametrize("engine_dead", [True, False])
+def test_a_server_that_dies_in_the_warm_up_sweeps_says_how_many_requests_it_answered(
+    engine_dead: bool,
+) -> None:
+    # The tiny hybrid's engine core on the CPU build dies at its first request: its API server
+    # answers HTTP 500 for a moment, then may drop the connection, here in the warm-up's
+    # sweeps. The count is what tells "died at its first request" (an infeasible config) from
+    # a crash mid-run (`tuner.server.crashes.server_death`).
+    fake = FakeChat()
+
+    async def dying(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/chat/completions":
+            if json.loads(request.content)["messages"][0]["content"].startswith("Session "):
+                raise httpx.RemoteProtocolError("Server disconnected", request=request)
+            if engine_dead:
+                return httpx.Response(500, json={"error": "EngineCore encountered an issue"})
+        return await fake(request)
+
+    with pytest.raises(WorkloadError, match="stopped answering in the warm-up") as err:
+        _run(dying, _settings(agents=1, warmup_tasks=1))
+    # The fake saw only the warm-up task's requests (a sweep's is dropped before it).
+    assert err.value.answered_requests == (0 if engine_dead else len(fake.bodies))
+    assert engine_dead or len(fake.bodies) > 0

@@ -231,7 +231,7 @@ async def _run(
     skip = stopping or settings.warmup_tasks == 0
     if not skip:
         activity.stage = "sweep"
-    sweeps = WarmupSweeps() if skip else await warm_shapes(ctx, activity)
+    sweeps = WarmupSweeps() if skip else await warm_shapes(ctx, activity, warm.answered)
     _log.info(
         "warm-up: %.1f s (tasks and shape sweeps); sweep rates %s tokens/s%s",
         time.perf_counter() - clock_zero,

@@ -105,7 +105,9 @@ def sweep_tokens(settings: WorkloadSettings) -> tuple[int, int]:
     return prompts, WARM_OUTPUT_TOKENS * sum(levels)
 
 
-async def warm_shapes(ctx: AgentContext, activity: SweepActivity | None = None) -> WarmupSweeps:
+async def warm_shapes(
+    ctx: AgentContext, activity: SweepActivity | None = None, answered_before: int = 0
+) -> WarmupSweeps:
     """Shape sweeps until the server runs at a steady rate (see the module docstring).
 
     Each level c sends c requests at once whose prompts spread from 1/c of the workload's
@@ -114,11 +116,16 @@ async def warm_shapes(ctx: AgentContext, activity: SweepActivity | None = None) 
     server's limit) is counted, not raised: the warm-up is best effort.
 
     Raises:
-        WorkloadError: The server stopped answering.
+        WorkloadError: The server stopped answering; its `answered_requests` counts the
+            requests answered before, the warm-up tasks' (`answered_before`) and the sweeps'.
     """
     settings = ctx.settings
     longest = _longest_warm_prompt(settings)
     levels = warm_levels(settings.agents)
+    # Sweep requests the server answered so far: a server that dies at the first one died at
+    # its first request (an infeasible config, `tuner.server.crashes.server_death`), however
+    # its death reaches the client (HTTP 500, or the connection dropped).
+    answered = [answered_before]
 
     async def one(tokens: int) -> tuple[int, bool]:
         messages = [
@@ -154,11 +161,13 @@ async def warm_shapes(ctx: AgentContext, activity: SweepActivity | None = None) 
                         )
         except httpx.TransportError as exc:
             raise WorkloadError(
-                f"the server at {ctx.chat_url} stopped answering in the warm-up: "
-                f"{type(exc).__name__}: {exc}"
+                f"the server at {ctx.chat_url} stopped answering in the warm-up after "
+                f"{answered[0]} answered requests: {type(exc).__name__}: {exc}",
+                answered_requests=answered[0],
             ) from exc
         except (ValueError, httpx.HTTPError):
             return 0, False  # an answer it could not read: the warm-up is best effort
+        answered[0] += 1
         return tokens, True
 
     rates: list[float] = []
