@@ -49,7 +49,7 @@ from benchmarks._se_searches import DEFAULT, RANDOM_DEFAULT, Search
 from tuner.defaults import CONFIRM_ROUNDS
 from tuner.metrics import DEFAULT_NOISE
 from tuner.results.export import confirmation_look
-from tuner.results.study_reader import StudyResults
+from tuner.results.rows import StudyResults
 from tuner.study.search.loop import LoopSettings, StudyLoop
 from tuner.study.stages.confirm import (
     ConfirmPlan,

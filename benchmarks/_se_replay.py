@@ -23,7 +23,7 @@ from tuner.attrs import TrialAttr
 from tuner.errors import StudyError
 from tuner.results import decision
 from tuner.results.export import choose_export
-from tuner.results.study_reader import StudyResults, TrialRow
+from tuner.results.rows import StudyResults, TrialRow
 from tuner.study.search.driver import request_factory
 from tuner.study.search.loop import LoopSettings, StudyLoop
 from tuner.study.search.sampling import make_sampler

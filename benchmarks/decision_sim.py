@@ -65,7 +65,7 @@ from benchmarks.noise_model import fit, load_model, load_sessions
 from tuner.attrs import Role, TrialAttr
 from tuner.metrics import DEFAULT_NOISE, BetweenRunNoise, RunOutcomes, makespan, paired
 from tuner.results.export import choose_export, confirmation_look
-from tuner.results.study_reader import StudyResults, TrialRow
+from tuner.results.rows import StudyResults, TrialRow
 from tuner.study.space import config_key
 from tuner.study.stages.confirm import ConfirmPlan, plan_confirmation, round_order
 

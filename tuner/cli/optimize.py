@@ -191,9 +191,9 @@ def optimize_cmd(
         slots=slots,
     )
     if ray_address:  # a socket connect: one line within seconds, before anything is printed
-        from tuner.study.search.ray_session import check_ray_address as _check_ray_address
+        from tuner.study.search.ray_session import check_ray_address
 
-        _check_ray_address(ray_address)
+        check_ray_address(ray_address)
     from tuner.storage import masked
 
     console.print(f"study {options.study_name or preset.study_name} on {masked(url)}")
@@ -514,15 +514,14 @@ def _one_ray(address: str | None) -> Iterator[None]:
     """Ray for the whole command: a local instance, or the cluster at `address`, joined once."""
     import ray
 
-    from tuner.study.search.ray_session import start_ray as _start_ray
-    from tuner.study.search.ray_session import stop_ray as _stop_ray
+    from tuner.study.search.ray_session import start_ray, stop_ray
 
     if ray.is_initialized():
         yield
         return
     # The driver's own start of a local instance: its private temp dir; None when joining.
-    tmp = _start_ray(address)
+    tmp = start_ray(address)
     try:
         yield
     finally:
-        _stop_ray(tmp)
+        stop_ray(tmp)

@@ -35,7 +35,7 @@ from tuner.results.formats import (
     systemd_quote,
     systemd_unit,
 )
-from tuner.results.study_reader import StudyResults, TrialRow
+from tuner.results.rows import StudyResults, TrialRow
 from tuner.results.words import DUMMY_WEIGHTS_LINE, done_word, mode_line, tph_key, tph_label
 from tuner.server.spec import ServerSpec
 from tuner.workload.reuse import three_way

@@ -5,9 +5,8 @@ where they exist (they hold every task and step) and fall back to the trial's us
 (`tuner.attrs.TrialAttr`), so a study whose tables were lost still reports what Optuna kept.
 Every measurement is `None` when it was not measured; nothing is guessed.
 
-The rows themselves (`TrialRow`, `StudyResults`) are in `tuner.results.rows`; they are
-importable from here too, as are `MODE_NOTES`, `ReuseCounts` and `describe_config`
-(`tuner.results.configs`), for the callers that read a study and its rows together.
+The rows themselves (`TrialRow`, `StudyResults`) are in `tuner.results.rows`. `MODE_NOTES`,
+`ReuseCounts` and `describe_config` (`tuner.results.configs`) are importable from here too.
 """
 
 from __future__ import annotations
@@ -34,8 +33,6 @@ from tuner.workload.reuse import COUNTED_REUSE_CLASSES
 __all__ = [
     "MODE_NOTES",
     "ReuseCounts",
-    "StudyResults",
-    "TrialRow",
     "describe_config",
     "load_results",
     "open_optuna_storage",

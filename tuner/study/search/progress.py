@@ -21,8 +21,7 @@ through a slow server start or a long scored window:
     [0:04:00] trial 0 plain benchmark: 12 s, 1 and 8 streams
 
 The estimate at the start and the measured ETA after each run (`tuner.study.search.estimate`)
-are said through `ProgressLines` too. `minutes` is importable from here as well, for the stages
-that word their durations as these lines do.
+are said through `ProgressLines` too.
 """
 
 from __future__ import annotations
@@ -37,7 +36,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tuner.attrs import Role, TrialAttr, is_infeasible
 from tuner.results.words import mode_line, tph_label
-from tuner.study.search.estimate import eta_line, minutes
+from tuner.study.search.estimate import eta_line
 from tuner.workload.reuse import reuse_suffix
 
 __all__ = [
@@ -46,7 +45,6 @@ __all__ = [
     "finished_line",
     "heartbeat_line",
     "interrupted_line",
-    "minutes",
     "ready_line",
     "started_line",
     "workload_line",

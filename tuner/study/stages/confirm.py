@@ -72,7 +72,7 @@ if TYPE_CHECKING:
     from tuner.metrics import BetweenRunNoise
     from tuner.metrics.pooled import PooledConfig
     from tuner.results.export_rule import Look
-    from tuner.results.study_reader import StudyResults
+    from tuner.results.rows import StudyResults
     from tuner.study.space import Preset
 
 T = TypeVar("T")
@@ -630,7 +630,7 @@ def confirm_study(
 
 
 def _left(budget: Any) -> str:
-    from tuner.study.search.progress import minutes
+    from tuner.study.search.estimate import minutes
 
     return minutes(max(budget.left_s(), 0.0))
 
@@ -676,7 +676,7 @@ def _over_budget(
     need = len(missing_runs(study, configs, rounds))
     if not need or budget.fits(need):
         return None
-    from tuner.study.search.progress import minutes
+    from tuner.study.search.estimate import minutes
 
     run = budget.run_s() or 0.0
     return (
