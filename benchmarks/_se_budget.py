@@ -51,14 +51,10 @@ from tuner.metrics import DEFAULT_NOISE
 from tuner.results.export import confirmation_look
 from tuner.results.rows import StudyResults
 from tuner.study.search.loop import LoopSettings, StudyLoop
-from tuner.study.stages.confirm import (
-    ConfirmPlan,
-    _baseline,
-    _first_rounds,
-    queue_rounds,
-    rank_finalists,
-    run_looks,
-)
+from tuner.study.stages.confirm_finalists import _baseline, rank_finalists
+from tuner.study.stages.confirm_looks import _first_rounds, run_looks
+from tuner.study.stages.confirm_plan import ConfirmPlan
+from tuner.study.stages.confirm_rounds import queue_rounds
 
 TOTALS = (0.10, 0.25, 0.50)
 SPLITS = (0.3, 0.4, 0.5, 0.6, 0.7)  # share of the total the search gets

@@ -14,7 +14,7 @@ from benchmarks._grid_replay import SCREEN_RULES
 from tuner.study.search.pruning import PruneRule
 from tuner.study.search.sampling import SamplerFactory, make_sampler
 from tuner.study.space import load_preset
-from tuner.study.stages.confirm import ConfirmPlan
+from tuner.study.stages.confirm_plan import ConfirmPlan
 
 
 @dataclass(frozen=True)

@@ -100,7 +100,7 @@ VARIANTS = (
         "confirmation-without-the-study-lock",
         "two drivers queue a confirmation round without the study's lock",
         CONFIRM_LOCK,
-        "tuner/study/stages/confirm.py",
+        "tuner/study/stages/confirm_rounds.py",
         '    with study_lock(url, study.study_name, "confirm"):\n'
         "        return queue_rounds(study, configs, rounds)",
         "    return queue_rounds(study, configs, rounds)",

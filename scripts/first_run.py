@@ -145,7 +145,7 @@ def _readme_estimate() -> str:
     """
     from tuner.cli._checks import budget_seconds
     from tuner.cli.optimize import _budget
-    from tuner.study.stages.confirm import ConfirmPlan
+    from tuner.study.stages.confirm_plan import ConfirmPlan
 
     preset = load_preset(model="smollm2-135m", gpu="cpu")
     plan = ConfirmPlan.for_preset(preset)

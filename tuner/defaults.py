@@ -9,6 +9,6 @@ from __future__ import annotations
 from typing import Final
 
 # The confirmation stage: the top CONFIRM_K candidates and the baseline, up to CONFIRM_ROUNDS
-# rounds (tuner.study.stages.confirm.ConfirmPlan, which says why these numbers).
+# rounds (tuner.study.stages.confirm_plan.ConfirmPlan, which says why these numbers).
 CONFIRM_K: Final = 2
 CONFIRM_ROUNDS: Final = 10

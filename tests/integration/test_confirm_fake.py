@@ -25,7 +25,8 @@ from tuner.server.knobs import suffix_decoding_available
 from tuner.storage import Store
 from tuner.study import Preset, optimize
 from tuner.study.search.roles import counts_toward_budget, enqueue_run
-from tuner.study.stages.confirm import ConfirmPlan, confirm_study
+from tuner.study.stages.confirm import confirm_study
+from tuner.study.stages.confirm_plan import ConfirmPlan
 
 pytestmark = pytest.mark.ray
 

@@ -20,7 +20,7 @@ import pytest
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import FrozenTrial, create_trial
 
-import tuner.study.stages.confirm as confirm
+import tuner.study.stages.confirm_rounds as confirm
 from tuner.attrs import Role, TrialAttr
 
 pytestmark = pytest.mark.postgres

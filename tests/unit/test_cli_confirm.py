@@ -10,7 +10,7 @@ import yaml
 from tuner.cli import main
 from tuner.errors import ConfigError
 from tuner.study.space import load_preset
-from tuner.study.stages.confirm import ConfirmPlan, parse_confirm
+from tuner.study.stages.confirm_plan import ConfirmPlan, parse_confirm
 from tuner.testing.sample import write_sample_study
 
 

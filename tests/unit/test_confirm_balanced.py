@@ -20,7 +20,8 @@ from optuna.trial import TrialState, create_trial
 
 from tuner.attrs import Role, TrialAttr
 from tuner.metrics import RunOutcomes, paired_ratio
-from tuner.study.stages.confirm import plan_confirmation, queue_rounds
+from tuner.study.stages.confirm_finalists import plan_confirmation
+from tuner.study.stages.confirm_rounds import queue_rounds
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

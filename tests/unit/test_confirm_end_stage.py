@@ -15,7 +15,7 @@ from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState, create_trial
 
 from tuner.attrs import Role, StudyAttr, TrialAttr
-from tuner.study.stages.confirm import end_stage
+from tuner.study.stages.confirm_settle import end_stage
 
 PARAMS = {"method": "none"}
 DIST = {"method": CategoricalDistribution(["none", "ngram"])}

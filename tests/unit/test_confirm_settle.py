@@ -1,4 +1,5 @@
-"""The confirmation stage with another driver on the study (`tuner.study.stages.confirm._settle`).
+"""The confirmation stage with another driver on the study
+(`tuner.study.stages.confirm_settle._settle`).
 
 A SQLite study stands in for the shared one; "running a run" is told by hand (the stub of
 `run_queue`), so no server starts. What is real: Optuna's storage, the other driver's process
@@ -19,7 +20,7 @@ from optuna.trial import TrialState
 
 from tuner.attrs import Role, TrialAttr
 from tuner.study.search.resume import ask, heartbeat_storage, this_driver
-from tuner.study.stages.confirm import _settle
+from tuner.study.stages.confirm_settle import _settle
 
 
 def _study(url: str) -> optuna.Study:

@@ -15,7 +15,7 @@ import pytest
 
 from tuner.metrics import DEFAULT_NOISE
 from tuner.study.space import load_preset
-from tuner.study.stages.confirm import store_noise
+from tuner.study.stages.confirm_verdicts import store_noise
 
 ROOT = Path(__file__).resolve().parents[2]
 SUMMARY = ROOT / "benchmarks" / "data" / "qwen3.8-27b-shape-h200-prefix-caching.json"

@@ -20,7 +20,7 @@ from optuna.trial import TrialState, create_trial
 
 from tuner.attrs import Role, TrialAttr
 from tuner.metrics.pooled import fit_pooled
-from tuner.study.stages.confirm import finalists_line, plan_confirmation, rank_finalists
+from tuner.study.stages.confirm_finalists import finalists_line, plan_confirmation, rank_finalists
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

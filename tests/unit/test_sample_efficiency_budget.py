@@ -1,7 +1,7 @@
 """`sample_efficiency.py --total-budget` (benchmarks/_se_budget.py): studies at an equal total
 cost, through the confirmation stage that ships.
 
-The replay must drive the product's own stage (`confirm.run_looks`, `confirmation_look`,
+The replay must drive the product's own stage (`confirm_looks.run_looks`, `confirmation_look`,
 `queue_rounds`), not a copy; a study must stay inside its total budget; the stage's loop must
 stop, drop and count rounds as `confirm_study` does; and the README's table must be what the
 per-seed file gives.
@@ -20,7 +20,7 @@ from benchmarks import _se_write as write
 from benchmarks._grid_replay import LARGE_DATA
 from benchmarks.grid_truth import load_draws, truth_path
 from tuner.results.export_rule import Look
-from tuner.study.stages import confirm
+from tuner.study.stages import confirm_finalists, confirm_looks, confirm_rounds
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,9 +33,9 @@ class _T:
 
 
 def test_the_replay_runs_the_product_s_stage_functions() -> None:
-    assert budget.run_looks is confirm.run_looks
-    assert budget.queue_rounds is confirm.queue_rounds
-    assert budget.rank_finalists is confirm.rank_finalists
+    assert budget.run_looks is confirm_looks.run_looks
+    assert budget.queue_rounds is confirm_rounds.queue_rounds
+    assert budget.rank_finalists is confirm_finalists.rank_finalists
     from tuner.results import export
 
     assert budget.confirmation_look is export.confirmation_look
@@ -55,7 +55,7 @@ def test_the_stage_loop_looks_drops_the_futile_and_stops() -> None:
 
     dropped: set[int] = set()
     said: list[str] = []
-    queued, stopped = confirm.run_looks(
+    queued, stopped = confirm_looks.run_looks(
         [_T(0), _T(1), _T(2)], 2, dropped, run_rounds, look, said.append
     )
     assert ran == [([0, 1, 2], 2), ([0, 1], 3)]

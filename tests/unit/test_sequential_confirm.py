@@ -11,7 +11,7 @@ import pytest
 
 from tuner.metrics import BetweenRunNoise, PairedEstimate
 from tuner.results.export_rule import WIN_ALPHA, look_level, look_levels, next_look
-from tuner.study.stages.confirm import ConfirmPlan, parse_confirm
+from tuner.study.stages.confirm_plan import ConfirmPlan, parse_confirm
 
 
 def test_the_looks_spend_the_win_level_once_in_all() -> None:
@@ -94,7 +94,7 @@ def test_a_stage_under_way_keeps_its_plan_whichever_driver_joins() -> None:
     import optuna
 
     from tuner.attrs import StudyAttr
-    from tuner.study.stages.confirm import stage_plan
+    from tuner.study.stages.confirm_plan import stage_plan
 
     study = optuna.create_study()
     mine = ConfirmPlan(1, 3)

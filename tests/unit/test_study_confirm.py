@@ -10,7 +10,8 @@ from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import TrialState, create_trial
 
 from tuner.attrs import Role, TrialAttr
-from tuner.study.stages.confirm import BASELINE_ATTEMPTS, plan_confirmation, queue_rounds
+from tuner.study.stages.confirm_finalists import plan_confirmation
+from tuner.study.stages.confirm_rounds import BASELINE_ATTEMPTS, queue_rounds
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

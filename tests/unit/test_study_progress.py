@@ -252,7 +252,7 @@ def test_the_estimate_counts_the_confirmation_runs_the_stage_queues(
     from optuna.distributions import FloatDistribution
     from optuna.trial import create_trial
 
-    from tuner.study.stages.confirm import queue_rounds
+    from tuner.study.stages.confirm_rounds import queue_rounds
 
     study = optuna.create_study(direction="maximize")
     for n in range(n_trials):

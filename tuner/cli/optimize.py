@@ -146,7 +146,7 @@ def optimize_cmd(
     from tuner.results.configs import describe_config_short
     from tuner.results.words import tph_label
     from tuner.study import load_preset, optimize
-    from tuner.study.stages.confirm import ConfirmPlan, parse_confirm
+    from tuner.study.stages.confirm_plan import ConfirmPlan, parse_confirm
 
     preset = load_preset(model=model, gpu=gpu, space=space)
     # --confirm, else the preset's `confirm`, else the hardware's default; fails before any start
@@ -472,7 +472,7 @@ def confirm_cmd(
     """Re-run a finished study's top candidates and baseline, interleaved; export decides on it."""
     url = checked_storage(storage, must_exist=True)
     cache = checked_cache(cache_dir)
-    from tuner.study.stages.confirm import DEFAULT_CONFIRM, ConfirmPlan, parse_confirm
+    from tuner.study.stages.confirm_plan import DEFAULT_CONFIRM, ConfirmPlan, parse_confirm
 
     plan = parse_confirm(confirm) if confirm else None
     study = pick_study(url, study)

@@ -19,7 +19,7 @@ Given them the posterior is Gaussian, exact.
 Each config gets its posterior mean and sd of log tasks/h, and its probability of being the
 best among the candidates (Monte Carlo over the joint posterior, seeded, so the same trials
 rank the same way every time). The confirmation stage confirms the configs most likely to
-be best (`tuner.study.stages.confirm.plan_confirmation`); a config with one high run whose
+be best (`tuner.study.stages.confirm_finalists.plan_confirmation`); a config with one high run whose
 knob values did badly everywhere else ranks below one whose neighbours agree with it.
 """
 

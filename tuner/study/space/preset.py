@@ -152,7 +152,7 @@ class Preset(BaseModel):
     # Agent counts `tuner optimize` sweeps its finalists at when it ends (`tuner sweep`).
     load_sweep: tuple[PositiveInt, ...] = ()
     # The confirmation stage; unset: the top 1 candidate and 3 rounds on CPU presets, 2 and 2
-    # on GPU presets (`tuner.study.stages.confirm.ConfirmPlan.for_preset`).
+    # on GPU presets (`tuner.study.stages.confirm_plan.ConfirmPlan.for_preset`).
     confirm: ConfirmPart | None = None
     # The run-to-run noise the verdicts use (see BetweenRunPart); stored with each study.
     between_run: BetweenRunPart | None = None
