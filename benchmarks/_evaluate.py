@@ -1,6 +1,7 @@
-"""What the real-vLLM benchmarks share: one fresh-start run of a config, and its request.
+"""What the real-vLLM benchmarks share: one fresh-start run of a config, its request, and
+interleaved rounds of them.
 
-`record_grid.py` (the grid and `--rerecord`'s interleaved rounds) and `repeatability.py` (A B
+`record_grid.py` (the grid), `repeatability.py` (A B rounds) and `suffix_ab.py` (C B A, A B C
 rounds) evaluate configs of a preset one fresh server at a time through
 `tuner.study.trial.evaluate.evaluate`, the function a study's worker runs, all through
 `fresh_start`: it builds the request as the driver does (`request_for`: the preset's server
@@ -8,7 +9,8 @@ spec and workload, the model as tokenizer when it is a directory), holds the mac
 lock (`locked`) around the server's life so other users of the box interleave, and keeps what
 the figures need beside the result: the 1-minute load average as the run started and ended,
 the progress the worker reported (tasks done, successes, seconds), the time it finished and
-how long it waited for the lock.
+how long it waited for the lock. `interleaved` is the one round order the A/B entry points use
+and `fresh_rounds` runs it.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import contextlib
 import fcntl
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,7 +29,7 @@ if TYPE_CHECKING:
     from tuner.study.trial.request import ThroughputPlan, TrialRequest, TrialResult
     from tuner.workload import RunProgress
 
-__all__ = ["FreshRun", "fresh_start", "locked", "request_for"]
+__all__ = ["FreshRun", "fresh_rounds", "fresh_start", "interleaved", "locked", "request_for"]
 
 
 @contextlib.contextmanager
@@ -121,3 +123,28 @@ def fresh_start(
         waited_s=waited,
         progress=progress,
     )
+
+
+def interleaved(
+    names: Sequence[str], rounds: int, *, alternate: bool = False
+) -> list[tuple[int, str]]:
+    """(round, config) in run order: `names` in every round, reversed in odd rounds when
+    `alternate` (then each config's mean position is the same, so a linear drift cancels)."""
+    out: list[tuple[int, str]] = []
+    for r in range(rounds):
+        out += [(r, n) for n in (names[::-1] if alternate and r % 2 else names)]
+    return out
+
+
+def fresh_rounds(
+    preset: Preset,
+    configs: dict[str, dict[str, Any]],
+    order: list[tuple[int, str]],
+    **run: Any,
+) -> Iterator[tuple[int, str, FreshRun]]:
+    """Each (round, config) of `order` on a fresh server, in order (`run`: `fresh_start`'s
+    model_path, cache_dir, study and lock); the caller stops at the first failed run."""
+    for number, (rnd, name) in enumerate(order):
+        done = fresh_start(preset, configs[name], number=number, **run)
+        assert done is not None  # nothing to skip without `wanted`
+        yield rnd, name, done

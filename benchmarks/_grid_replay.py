@@ -11,12 +11,10 @@ module turns that table into trials a study can run again, with noise, in micros
   in one run splits into the config's mean for that task, a factor shared by the whole run (load
   on the box) and a per-task residual. A replayed run draws one recorded run factor and one
   recorded residual per task (resampling, scaled by sqrt(n/(n-1)) because residuals from n runs
-  around their own mean are that much too small). Nothing is assumed Gaussian. Until some
-  config has been recorded twice, a replayed run resamples its config's recorded tasks instead
-  (outcome and duration together, as `score_tasks`' interval does): wider, since it adds the
-  task mix that every config shares.
-- **Partial grids.** While the recording runs, only the KV cache sizes whose configs are all
-  recorded (and that hold the baseline's) are replayed (`GridTable.partial`).
+  around their own mean are that much too small). Nothing is assumed Gaussian. A grid needs
+  some config recorded twice (both recorded grids have four run three times); replaying a
+  grid still being recorded (its complete KV sizes, a task bootstrap before any repeat) was
+  this module's until 5f3cc97.
 - **Schedule.** The workload's closed loop is re-run on the new durations: `agents` agents pull
   tasks in suite order, one at a time, so the completion times (what the pruner sees) follow.
 - **Cost.** Recorded seconds: startup, warm-up, the scored window as replayed, the plain
@@ -88,7 +86,7 @@ class NoiseModel:
 
     @property
     def learned(self) -> bool:
-        """True when some config was recorded more than once (else: task bootstrap)."""
+        """True when some config was recorded more than once (else a replay has no noise)."""
         return bool(self.run_factors)
 
     def draw(self, rng: random.Random, n: int) -> list[float]:
@@ -171,19 +169,12 @@ class GridTable:
         for run in data["runs"]:
             by_key.setdefault(config_key(run["params"]), []).append(run)
         configs = {k: self._reduce(k, runs) for k, runs in by_key.items()}
-        self.full_space = self.preset.space
-        self.preset = _recorded_subspace(self.preset, set(configs))
         space = enumerate_space(self.preset) or []
         keys = {config_key(p) for p in space}
         self.configs = {k: c for k, c in configs.items() if k in keys}
         self.noise = self._noise(by_key)
         # The grid "in order": as the recorder enumerates it (record_grid.grid).
         self.order = sorted(self.configs, key=lambda k: _grid_rank(json.loads(k)))
-
-    @property
-    def partial(self) -> bool:
-        """True when only a recorded part of the space is replayed (the recording goes on)."""
-        return self.preset.space != self.full_space
 
     def missing(self) -> list[dict[str, Any]]:
         """Configs of the preset's space with no recorded run (a replay needs all of them)."""
@@ -245,15 +236,6 @@ class GridTable:
 
     # ---- what a study needs ------------------------------------------------------------------
 
-    def true_best(self) -> float:
-        """The best recorded tasks/h of any configuration that ran."""
-        return max(c.tasks_per_hour for c in self.configs.values() if c.ok)
-
-    def near_best(self, key: str, within: float = 0.05) -> bool:
-        """The config's recorded tasks/h is within `within` of the best."""
-        c = self.configs.get(key)
-        return c is not None and c.ok and c.tasks_per_hour >= (1 - within) * self.true_best()
-
     def with_run_sd(self, sd: float, seed: int = 0) -> GridTable:
         """A copy whose replayed runs scatter (log tasks/h, between starts) by `sd` in all.
 
@@ -302,44 +284,11 @@ class GridTable:
         if not c.ok:
             return None
         n = len(c.log_mean)
-        if self.noise.learned:
-            noise = self.noise.draw(rng, n)
-            durations = [math.exp(m + e + shift) for m, e in zip(c.log_mean, noise, strict=True)]
-            success = tuple(bool(rng.choice(c.successes)[i]) for i in range(n))
-        else:
-            # No repeats recorded yet: resample the run's tasks (outcome and duration together),
-            # as `score_tasks`' interval does. Wider than the repeat noise: it adds the task mix.
-            picks = [rng.randrange(n) for _ in range(n)]
-            durations = [math.exp(c.log_mean[i] + shift) for i in picks]
-            success = tuple(bool(rng.choice(c.successes)[i]) for i in picks)
+        noise = self.noise.draw(rng, n)
+        durations = [math.exp(m + e + shift) for m, e in zip(c.log_mean, noise, strict=True)]
+        success = tuple(bool(rng.choice(c.successes)[i]) for i in range(n))
         starts, ends = closed_loop(durations, self.preset.workload.agents)
         return SimRun(c, self.task_ids, success, tuple(durations), tuple(starts), tuple(ends))
-
-
-def _recorded_subspace(preset: Preset, recorded: set[str]) -> Preset:
-    """The preset, its KV cache sizes cut to those whose configs are all recorded.
-
-    While the recording runs, a replay can still use the part of the grid that is complete,
-    as long as the baseline's KV cache size is in it (every study starts with the baseline).
-    """
-    space = preset.space
-    if space.kv_cache_memory_bytes is None:
-        return preset
-    keep = []
-    for kv in space.kv_cache_memory_bytes:
-        part = preset.model_copy(
-            update={"space": space.model_copy(update={"kv_cache_memory_bytes": (kv,)})}
-        )
-        if all(config_key(p) in recorded for p in enumerate_space(part) or []):
-            keep.append(kv)
-    if (
-        keep == list(space.kv_cache_memory_bytes)
-        or preset.baseline_params().get("kv_cache_memory_bytes") not in keep
-    ):
-        return preset
-    return preset.model_copy(
-        update={"space": space.model_copy(update={"kv_cache_memory_bytes": tuple(keep)})}
-    )
 
 
 def _grid_rank(params: dict[str, Any]) -> tuple[Any, ...]:

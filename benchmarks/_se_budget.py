@@ -43,6 +43,7 @@ from benchmarks._se_replay import (
     _memoized_paired_ratio,
     _request_factory,
     _search,
+    study_results,
     world_table,
 )
 from benchmarks._se_searches import DEFAULT, RANDOM_DEFAULT, Search
@@ -136,21 +137,13 @@ def run_budgeted(
             )
             stop = "win" if "beats" in reason else "futile" if "no config can" in reason else "cap"
     done = {t.number: t for t in study.get_trials(deepcopy=False)}
-    _, is_base, key = _exported(table, done, backend.results, sorted(backend.spans))
+    is_base, key = _exported(table, done, backend.results, sorted(backend.spans))
     return Budgeted(key, spent() / grid_cost, searched / grid_cost, rounds, cap, stop, is_base)
 
 
 def _results(table: GridTable, study: optuna.Study, backend: Any) -> StudyResults:
-    from benchmarks._se_replay import _row
-
     trials = {t.number: t for t in study.get_trials(deepcopy=False)}
-    rows = tuple(
-        _row(trials[n], backend.results.get(n)) for n in sorted(backend.spans) if n in trials
-    )
-    return StudyResults(
-        study_name="replay", storage="memory", model=None, gpu=None, trials=rows,
-        mode=table.preset.workload.mode,
-    )  # fmt: skip
+    return study_results(table, trials, backend.results, list(backend.spans))
 
 
 # ---- many studies ---------------------------------------------------------------------------

@@ -26,7 +26,6 @@ from tuner.results.export import choose_export
 from tuner.results.rows import StudyResults, TrialRow
 from tuner.study.search.driver import request_factory
 from tuner.study.search.loop import LoopSettings, StudyLoop
-from tuner.study.search.sampling import make_sampler
 from tuner.study.space import config_key
 
 
@@ -96,23 +95,15 @@ def _search(
     study = optuna.create_study(
         storage=optuna.storages.InMemoryStorage(),
         direction="maximize",
-        sampler=optuna.samplers.RandomSampler(seed),  # unused: the loop enqueues every run
+        sampler=optuna.samplers.RandomSampler(seed),  # unused: the loop asks search.sampler
     )
     backend = _Recorder(table, 1, random.Random(seed * 7919 + 1), _drift(seed))
-    if search.sampler is None:
-        study.enqueue_trial(preset.baseline_params(), user_attrs={TrialAttr.ROLE: "baseline"})
-        base = config_key(preset.baseline_params())
-        for key in table.order:
-            if key != base:
-                study.enqueue_trial(
-                    table.configs[key].params, user_attrs={TrialAttr.ROLE: "candidate"}
-                )
     settings = LoopSettings(
         n_trials=len(table.configs),
         seed=seed,
         timeout_s=budget * grid_cost,
         prune_rule=search.prune,
-        sampler_factory=search.sampler or make_sampler,
+        sampler_factory=search.sampler,
     )
     StudyLoop(study, preset, backend, _request_factory(preset), settings).run()
     return study, backend
@@ -123,26 +114,35 @@ def _request_factory(preset: Any) -> Any:
     return request_factory(preset, model_path="recorded", cache_dir=Path("."))
 
 
+def study_results(
+    table: GridTable,
+    trials: dict[int, optuna.trial.FrozenTrial],
+    results: dict[int, Any],
+    numbers: list[int],
+) -> StudyResults:
+    """The trials `numbers` as `tuner export` reads a study (no storage: the replayed results)."""
+    rows = tuple(_row(trials[n], results.get(n)) for n in sorted(numbers) if n in trials)
+    return StudyResults(
+        study_name="replay", storage="memory", model=None, gpu=None, trials=rows,
+        mode=table.preset.workload.mode,
+    )  # fmt: skip
+
+
 def _exported(
     table: GridTable,
     trials: dict[int, optuna.trial.FrozenTrial],
     results: dict[int, Any],
     done: list[int],
-) -> tuple[bool, bool, str | None]:
-    """What `tuner export` would pick from the trials `done`: (near-best on `table`, the
-    baseline, its config key)."""
-    rows = tuple(sorted((_row(trials[n], results.get(n)) for n in done), key=lambda r: r.number))
-    results_ = StudyResults(
-        study_name="replay", storage="memory", model=None, gpu=None, trials=rows,
-        mode=table.preset.workload.mode,
-    )  # fmt: skip
+) -> tuple[bool, str | None]:
+    """What `tuner export` would pick from the trials `done`: (it is the baseline, its config
+    key; None when nothing is exported)."""
     try:
-        choice = choose_export(results_)
+        choice = choose_export(study_results(table, trials, results, done))
     except StudyError:
-        return False, False, None
+        return False, None
     is_base = choice.baseline is not None and choice.trial.number == choice.baseline.number
     key = config_key(dict(choice.trial.params))
-    return table.near_best(key), is_base, key
+    return is_base, key
 
 
 # ---- many studies ---------------------------------------------------------------------------

@@ -19,10 +19,10 @@ from tuner.study.stages.confirm_plan import ConfirmPlan
 
 @dataclass(frozen=True)
 class Search:
-    """One way of searching: a sampler (None: the grid in order) and a prune rule."""
+    """One way of searching: a sampler and a prune rule."""
 
     name: str
-    sampler: SamplerFactory | None
+    sampler: SamplerFactory
     prune: PruneRule
     confirm: tuple[int, int] | None = None  # (top k, rounds): confirm as `tuner optimize` does
 

@@ -17,8 +17,9 @@ likelihood (REML) over (tau, sigma) on a grid, prior flat on tau and on log sigm
 fixed effects; given (tau, sigma) the effects are Gaussian, so posterior draws are exact up to
 the grid (no Laplace step). The runs of the 10-config grid (another, slower machine; its configs
 are all in the large one) join with their own sitting offset, n-gram shift and drift; so do the
-runs of each re-recording (`record_grid.py --rerecord`, and its `--continue` files on other
-machines: one sitting a file), interleaved with the baseline. How much n-gram speculation
+runs of each re-recording of the top 10 (`grid-rerecord-*.json`, one sitting a file, on a Zen 4
+and a Xeon, interleaved with the baseline by `record_grid.py --rerecord`, a one-off removed after
+5f3cc97: `git show 5f3cc97:benchmarks/_rerecord.py`). How much n-gram speculation
 helps is a sitting's own (the machine, and how many cores vLLM was given); the differences
 among n-gram configs are shared, so a re-record sharpens the ranking at the top.
 
@@ -27,7 +28,7 @@ among n-gram configs are shared, so a re-record sharpens the ranking at the top.
 Writes benchmarks/data/grid-truth-<grid>.json: the parameters with 95% intervals, each config's
 posterior mean and interval, P(best), P(within 5% of the best), the ranking, every run with its
 machine and residual, posterior draws of every mu (what `sample_efficiency.py` judges exports
-against), and the re-record plan for the top configs.
+against), and each re-record file's ratios to its interleaved baseline.
 """
 
 from __future__ import annotations
@@ -51,7 +52,6 @@ SMALL = HERE / "data" / "grid-smollm2-135m-cpu.json"
 # Re-record sittings: the first file, and its continuations on other machines (`--continue`).
 RERECORDS = "grid-rerecord-smollm2-135m-cpu-large*.json"
 NEAR = 0.05  # "near-best": within 5% of the best
-TOP = 10  # configs re-recorded
 
 
 def _machine_name(data: dict[str, Any], run: dict[str, Any]) -> str:
@@ -86,7 +86,7 @@ def load_runs(paths: list[Path], keys: set[str] | None = None) -> list[Run]:
             machine = _machine_name(data, r)
             out.append(
                 Run(
-                    source=_rel(path),
+                    source=rel(path),
                     index=i,
                     key=config_key(r["params"]),
                     params=r["params"],
@@ -177,30 +177,6 @@ def summarize(f: dict[str, Any], runs: list[Run], configs: list[dict], keep: int
     }
 
 
-def rerecord_plan(truth: dict[str, Any], top: int = TOP) -> dict[str, Any]:
-    """The ~10 configs to re-record: the top by posterior mean, unless the baseline."""
-    picks = [c["params"] for c in truth["configs"][:top]]
-    return {
-        "configs": picks,
-        "rounds": 3,
-        "why": (
-            f"the {top} configs with the highest posterior mean; each run 3 times, interleaved "
-            "with the baseline (a baseline run before the first and after every second config of "
-            "a round), stored as ratios to the interleaved baseline (benchmarks/_rerecord.py); "
-            "48 runs, about 1.3-2 h of an idle 2-core box"
-        ),
-        # record_grid takes the heavy lock for each run itself (do not wrap it in flock).
-        "command": (
-            "nohup .venv/bin/python -m benchmarks.record_grid --space large --rerecord "
-            "benchmarks/data/grid-truth-smollm2-135m-cpu-large.json > /tmp/rerecord.log 2>&1 &"
-        ),
-        "dry_run": (
-            ".venv/bin/python -m benchmarks.record_grid --space large --rerecord "
-            "benchmarks/data/grid-truth-smollm2-135m-cpu-large.json --dry-run"
-        ),
-    }
-
-
 def build(paths: list[Path], draws: int, keep: int, seed: int = 36) -> dict[str, Any]:
     """Fit and summarize: the truth file's content."""
     large = json.loads(paths[0].read_text())
@@ -219,13 +195,12 @@ def build(paths: list[Path], draws: int, keep: int, seed: int = 36) -> dict[str,
             "draw is 1 - exp(mu - max mu)."
         ),
         "command": "python -m benchmarks.grid_truth " + " ".join(sys.argv[1:]),
-        "data": [_rel(p) for p in paths],
+        "data": [rel(p) for p in paths],
         "interactions": chosen,
         "n_runs": len(runs),
         "n_configs": len(configs),
         **summarize(f, runs, configs, keep),
     }
-    out["rerecord"] = rerecord_plan(out)
     out["rerecord_ratios"] = rerecord_ratios(paths)
     return out
 
@@ -243,7 +218,7 @@ def rerecord_ratios(paths: list[Path]) -> list[dict[str, Any]]:
             by_key.setdefault(r["key"], []).append(r["ratio"])
         out.append(
             {
-                "file": _rel(path),
+                "file": rel(path),
                 "machine": _machine_name(data, data["runs"][0]) if data["runs"] else "",
                 "configs": {
                     k: {
@@ -268,7 +243,8 @@ def truth_path(grid: Path) -> Path:
     return grid.with_name("grid-truth-" + grid.stem.removeprefix("grid-") + ".json")
 
 
-def _rel(path: Path) -> str:
+def rel(path: Path) -> str:
+    """`path` relative to the repository (as the README names files)."""
     try:
         return path.resolve().relative_to(HERE.parent).as_posix()
     except ValueError:
@@ -298,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or truth_path(paths[0])
     out.write_text(json.dumps(doc, separators=(",", ":")) + "\n")
     m = doc["model"]
-    print(f"{doc['n_runs']} runs of {doc['n_configs']} configs -> {_rel(out)}")
+    print(f"{doc['n_runs']} runs of {doc['n_configs']} configs -> {rel(out)}")
     chosen = doc["interactions"]
     print(f"interactions kept: {chosen['kept']} (dAIC by step {chosen['delta_aic_by_step']})")
     print(f"tau {m['tau']['estimate']} {m['tau']['interval']}, sigma {m['sigma']['estimate']} "

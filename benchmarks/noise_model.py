@@ -28,7 +28,8 @@ began (and run index i, the start's place in the session's order):
 - within a run every task's log duration moves by its own jitter around the run's shift: the
   task sd (grids only: repeatability records keep no tasks), per session and pooled;
 - the start-up effect: how a config's first start differs from its later starts (after drift),
-  a mean over configs with a t-interval, and server start seconds per hour of the session;
+  a mean over configs with a t-interval (a session's start seconds per hour were fitted until
+  5f3cc97; no doc quoted them);
 - the machine (CPU family/model, or what the file says) is a factor: every session names its
   machine, and sessions are pooled per machine as well.
 
@@ -71,7 +72,6 @@ class Start:
     log_tph: float
     hours: float  # since the session's first start
     index: int  # place in the session's order
-    startup_s: float | None = None
     wall_s: float | None = None
     task_logs: dict[int, float] | None = None  # task position -> log seconds
 
@@ -115,7 +115,6 @@ def _grid_session(path: Path) -> Session:
                 math.log(r["tasks_per_hour"]),
                 (when - times[0]).total_seconds() / 3600,
                 i,
-                r.get("startup_s"),
                 r.get("wall_s"),
                 tasks or None,
             )
@@ -144,7 +143,6 @@ def _repeatability_sessions(path: Path) -> list[Session]:
                         math.log(rec["tasks_per_hour"][name][r]),
                         hours,
                         index,
-                        None,
                         seconds,
                     )
                 )
@@ -280,18 +278,6 @@ def fit(sessions: list[Session]) -> dict[str, Any]:
             g = sorted(g, key=lambda x: x.index)
             later = [x.log_tph - hours["slope"] * x.hours for x in g[1:]]
             first_gaps.append(g[0].log_tph - hours["slope"] * g[0].hours - sum(later) / len(later))
-        startups = [(x.hours, x.startup_s) for x in s.starts if x.startup_s]
-        startup_slope = None
-        if len(startups) >= 3 and len({h for h, _ in startups}) > 1:
-            reg = stats.linregress([h for h, _ in startups], [v for _, v in startups])
-            startup_slope = {
-                "seconds_per_hour": round(float(reg.slope), 2),
-                "interval": [
-                    round(float(reg.slope - 1.96 * reg.stderr), 2),
-                    round(float(reg.slope + 1.96 * reg.stderr), 2),
-                ],
-                "first_last_s": [startups[0][1], startups[-1][1]],
-            }
         task = _task_sd(groups)
         walls = [x.wall_s for x in s.starts if x.wall_s]
         out_sessions.append(
@@ -319,7 +305,6 @@ def fit(sessions: list[Session]) -> dict[str, Any]:
                 "task_sd": round(task[0], 4) if task else None,
                 "task_sd_df": task[1] if task else 0,
                 "mean_run_seconds": round(sum(walls) / len(walls), 1) if walls else None,
-                "startup_drift": startup_slope,
             }
         )
     # The quietest machine: the machine factor with the smallest pooled between-start sd.

@@ -40,12 +40,13 @@ That is 4 + 4 x 3 x 2 x 2 = 52 configurations and 8 noise repeats: 60 runs. The 
 recording's runs cost 147-268 s on a box shared with other jobs; the large grid, recorded in one
 sitting on an idle box of the same kind, cost about 100-135 s a run (each run's `wall_s`:
 startup, warm-up, the scored window and the plain benchmark; and its `load_1min` at start and
-end), close to two hours in all (`--dry-run` prints the plan and the estimate from the recorded
-seconds). Cut further in each direction: the preset's third KV size (x1.5 runs), all nine
-lookup windows (x3) or `max_num_seqs` 4 (x1.5) would each make it 3-6 hours of an otherwise idle
-machine; depths above 4 are outside the shipped preset. A recording is one machine's: runs of
-a slower or busier machine are not mixed into it (the first partial recording ran about 1.4x
-slower and was recorded again from the start).
+end), close to two hours in all (`--dry-run`, which printed the plan and the estimate from the
+recorded seconds, went after 5f3cc97 with both grids recorded). Cut further in each direction:
+the preset's third KV size (x1.5 runs), all nine lookup windows (x3) or `max_num_seqs` 4 (x1.5)
+would each make it 3-6 hours of an otherwise idle machine; depths above 4 are outside the
+shipped preset. A recording is one machine's: runs of a slower or busier machine are not mixed
+into it (the first partial recording ran about 1.4x slower and was recorded again from the
+start).
 
 Each evaluation takes the shared heavy lock (`/tmp/tuner-heavy.lock`) for itself only, so other
 users of the box interleave. The file is rewritten after every run and runs already in it are
@@ -53,7 +54,6 @@ skipped, so a killed recorder resumes. Re-record with:
 
     nohup .venv/bin/python -m benchmarks.record_grid > /tmp/record_grid.log 2>&1 &
     nohup .venv/bin/python -m benchmarks.record_grid --space large > /tmp/grid_large.log 2>&1 &
-    .venv/bin/python -m benchmarks.record_grid --space large --dry-run   # the plan, no server
 """
 
 from __future__ import annotations
@@ -69,7 +69,6 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from statistics import fmean
 from typing import Any
 
 from benchmarks._evaluate import fresh_start
@@ -363,45 +362,11 @@ def main() -> int:
     )
     parser.add_argument("--out", type=Path, default=None, help="default: the grid's data file")
     parser.add_argument("--limit", type=int, default=None, help="stop after this many runs")
-    parser.add_argument(
-        "--dry-run", action="store_true", help="list the runs to go and their estimated time"
-    )
-    parser.add_argument(
-        "--rerecord",
-        type=Path,
-        metavar="TRUTH",
-        help="re-record the top configs of grid_truth.py's file, interleaved with the baseline "
-        "(benchmarks/_rerecord.py), into --out (default grid-rerecord-<grid>.json)",
-    )
-    parser.add_argument(
-        "--continue",
-        dest="continues",
-        type=Path,
-        metavar="FILE",
-        help="with --rerecord: take FILE's plan and record the slots after its last run into "
-        "--out, a sitting of its own (another machine, or another day)",
-    )
     args = parser.parse_args()
 
     grid_plan = PLANS[args.space]
     preset = grid_plan.preset()
-    if args.rerecord is not None:
-        from benchmarks._rerecord import rerecord
-
-        name = grid_plan.data.name.replace("grid-", "grid-rerecord-", 1)
-        out = args.out or grid_plan.data.with_name(name)
-        return rerecord(
-            args.rerecord,
-            out,
-            preset,
-            dry=args.dry_run,
-            limit=args.limit,
-            grid=sys.modules[__name__],
-            continues=args.continues,
-        )
     args.out = args.out or grid_plan.data
-    if args.dry_run:
-        return _dry_run(args.out, preset, grid_plan, args.limit)
     data = _load(args.out)
     if data is None:
         _save(args.out, _new_data(preset, grid_plan))
@@ -411,47 +376,6 @@ def main() -> int:
         print(f"{args.out} was recorded with another preset; move it away first", file=sys.stderr)
         return 2
     return _record(args.out, preset, grid_plan, args.limit)
-
-
-def recorded_run_seconds(path: Path = DATA) -> list[float]:
-    """Wall seconds of every run recorded in a grid file (what one run costs on this box)."""
-    data = _load(path)
-    return [float(r["wall_s"]) for r in data["runs"]] if data else []
-
-
-def _dry_run(path: Path, preset: Preset, grid_plan: GridPlan, limit: int | None) -> int:
-    """Print the plan (runs to go, in order) and the time it takes at the recorded seconds."""
-    data = _load(path)
-    if data is not None and not same_measurement(Preset.model_validate(data["preset"]), preset):
-        print(f"{path} was recorded with another preset; move it away first", file=sys.stderr)
-        return 2
-    runs = plan(preset, grid_plan.noise)
-    done = _done(data or {"runs": []})
-    todo = [run for run in runs if run not in done]
-    if limit is not None:
-        todo = todo[:limit]
-    configs = len({k for k, _ in runs})
-    noise = len(grid_plan.noise)
-    print(
-        f"{grid_plan.name} grid -> {path}: {configs} configs, {noise} of them run "
-        f"{NOISE_REPEATS + 1} times: {len(runs)} runs, {len(runs) - len(todo)} recorded, "
-        f"{len(todo)} to go"
-    )
-    for i, (key, rep) in enumerate(todo, start=1):
-        print(f"  {i:3d}. {key} rep {rep}")
-    # This machine's own seconds where the grid has runs, else the 10-config recording's.
-    timed = path if recorded_run_seconds(path) else DATA
-    seconds = recorded_run_seconds(timed)
-    if seconds:
-        mean, low, high = fmean(seconds), min(seconds), max(seconds)
-        print(
-            f"estimate: {len(todo)} runs x {mean:.0f} s (mean of {len(seconds)} runs in "
-            f"{timed.name}, {low:.0f}-{high:.0f} s) = {len(todo) * mean / 3600:.1f} h of server "
-            f"time on an idle box ({len(todo) * low / 3600:.1f}-{len(todo) * high / 3600:.1f} h "
-            "at the fastest and slowest recorded run), plus any wait for the heavy lock"
-        )
-    print(f"record with: {grid_plan.command}")
-    return 0
 
 
 COLD_START_FACTOR = 2.0  # a server start this many times the grid's median is a cold cache
@@ -504,21 +428,6 @@ def other_machine(data: dict[str, Any], here: dict[str, Any]) -> str | None:
                 "grid here (--out FILE), a grid is one machine's"
             )
     return None
-
-
-def evaluate_once(preset: Preset, params: dict[str, Any], number: int) -> dict[str, Any]:
-    """One fresh-server run of `params` under the heavy lock, as a run entry (no plain
-    benchmark: `--rerecord` compares tasks/h only)."""
-    model_path = str(prepare(preset.model.prepare or "smollm2-135m", get_settings().cache_path()))
-    run = fresh_start(
-        preset, params, model_path=model_path, cache_dir=get_settings().cache_path(),
-        study="rerecord", number=number, lock=LOCK,
-    )  # fmt: skip
-    assert run is not None  # nothing to skip without `wanted`
-    entry = _run_entry(config_key(params), 0, run.result, run.progress)
-    entry["load_1min"], entry["recorded_at"] = list(run.load_1min), run.recorded_at
-    entry.pop("params"), entry.pop("rep")
-    return entry
 
 
 def _record(path: Path, preset: Preset, grid_plan: GridPlan, limit: int | None) -> int:

@@ -2,7 +2,8 @@
 
 Runs the baseline (A) and an n-gram config (B) of a preset as A B A B A B on the real vLLM
 build, each run a fresh server start through the same `evaluate()` a study worker calls (no
-plain-throughput benchmark). It prints, from that one run:
+plain-throughput benchmark). It prints, from that one run (its column of docs/repeatability.md,
+the per-run lines and the pooled estimate):
 
 - per config, tasks/h of each run and their coefficient of variation (CV = stdev / mean);
 - the paired ratio B/A of each round and its CV (goal: at most 2% on the CPU preset), and the
@@ -35,10 +36,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from benchmarks._evaluate import fresh_start
+from benchmarks._evaluate import fresh_rounds, interleaved
 from benchmarks._machine import baseline_and_ngram, load_average, machine_record
 from tuner.metrics import RunOutcomes, judge_outputs, match_rates, paired_ratio
-from tuner.metrics.drift import MIN_CHANGE, detect_trend, first_round_gap
+from tuner.metrics.drift import detect_trend, first_round_gap
 from tuner.settings import get_settings
 from tuner.study import load_preset
 from tuner.study.trial.request import TrialResult
@@ -87,22 +88,16 @@ def main() -> int:
     model_path, base_params, ngram_params = baseline_and_ngram(preset, args.ngram)
     configs = {"A": base_params, "B": ngram_params}
     runs: dict[str, list[TrialResult]] = {"A": [], "B": []}
-    # The machine's 1-minute load average as each run starts: noise is the machine's as much
-    # as the server's, so the figures say how quiet the machine was.
-    loads: list[float] = []
-    loads_after: list[float] = []
-    model_cache = get_settings().cache_path()
-    for number, (round_, name) in enumerate(
-        (r, name) for r in range(args.rounds) for name in configs
-    ):
-        run = fresh_start(
-            preset, configs[name], model_path=model_path, cache_dir=model_cache,
-            study="repeatability", number=number, lock=args.lock,
-        )  # fmt: skip
-        assert run is not None  # nothing to skip without `wanted`
+    # The machine's 1-minute load average as each run starts and ends: noise is the machine's
+    # as much as the server's, so the figures say how quiet the machine was.
+    loads: list[tuple[float, float]] = []
+    rounds = fresh_rounds(
+        preset, configs, interleaved(list(configs), args.rounds), model_path=model_path,
+        cache_dir=get_settings().cache_path(), study="repeatability", lock=args.lock,
+    )  # fmt: skip
+    for round_, name, run in rounds:
         result, (load_before, load_after) = run.result, run.load_1min
-        loads.append(load_before)
-        loads_after.append(load_after)
+        loads.append(run.load_1min)
         if result.workload is None or result.failure_kind:
             print(f"round {round_} {name}: failed: {result.failure_reason}", file=sys.stderr)
             return 1
@@ -117,13 +112,15 @@ def main() -> int:
         )
     figures = _figures(runs, preset.workload.model_dump(mode="json"))
     figures["configs"] = configs
-    figures["load_average_at_start"] = [round(x, 2) for x in loads]
-    figures["load_average_at_end"] = [round(x, 2) for x in loads_after]
+    figures["load_average_at_start"] = [before for before, _ in loads]
+    figures["load_average_at_end"] = [after for _, after in loads]
     machine["load_average_after"] = load_average()
     figures["machine"] = machine
     figures["model"], figures["gpu"] = args.model, args.gpu
-    for line in _lines(figures):
-        print(line)
+    print(render([figures], path.name).split("\n\n")[-1], end="")
+    if pooled := figures["pooled"]:
+        print(f"pooled paired estimate B/A: x{pooled['ratio']:.3f} [{pooled['low']:.3f}, "
+              f"{pooled['high']:.3f}]")  # fmt: skip
     records = _records(path)
     records.append(figures)
     path.write_text(json.dumps(records, indent=2) + "\n")
@@ -214,66 +211,6 @@ def _figures(runs: dict[str, list[TrialResult]], workload: dict[str, Any]) -> di
             "checks": [c.to_json() for c in checks],
         }
     return out
-
-
-def _lines(f: dict[str, Any]) -> list[str]:
-    lines = [f"workload: {f['workload']}"]
-    m = f.get("machine")
-    if m:
-        lines.append(
-            f"machine: {m['cpu_model']} ({m['cpu_family_model']}), {m['cores']} cores, "
-            f"SIMD {' '.join(m['simd_flags']) or 'none listed'}, {m['memory_gib']} GiB, "
-            f"vLLM {m['vllm']}; load average {m['load_average']} before, "
-            f"{m['load_average_after']} after"
-        )
-    if f.get("load_average_at_start"):
-        loads = f["load_average_at_start"]
-        lines.append(
-            f"1-min load average {min(loads):.2f}-{max(loads):.2f} as the runs started"
-            + (
-                f", {min(f['load_average_at_end']):.2f}-{max(f['load_average_at_end']):.2f} "
-                "as they ended"
-                if f.get("load_average_at_end")
-                else ""
-            )
-        )
-    for name in ("A", "B"):
-        values = ", ".join(f"{v:,.1f}" for v in f["tasks_per_hour"][name])
-        lines.append(
-            f"{name} ({'baseline' if name == 'A' else 'n-gram'}): tasks/h {values}; "
-            f"CV {f['cv_tasks_per_hour'][name]:.1%}"
-        )
-    ratios = ", ".join(f"{r:.3f}" for r in f["paired_ratios"])
-    lines.append(
-        f"paired ratio B/A per round: {ratios}; CV {f['cv_paired_ratio']:.1%} (goal <= 2%)"
-    )
-    if f["pooled"]:
-        p = f["pooled"]
-        lines.append(f"pooled paired estimate: x{p['ratio']:.3f} [{p['low']:.3f}, {p['high']:.3f}]")
-    for name, gap in f.get("first_round_gap", {}).items():
-        if gap is not None:
-            lines.append(f"{name}: round 1 vs the mean of the later rounds {gap:+.1%}")
-    for name, t in f.get("trends", {}).items():
-        found = t["direction"] is not None
-        lines.append(
-            f"{name}: {'TREND ' + t['direction'] if found else 'no trend'} "
-            f"(change {t['change']:+.1%} over {t['rounds']} rounds; threshold {MIN_CHANGE:.0%})"
-        )
-    if f.get("warmup_seconds"):
-        w = f["warmup_seconds"]
-        lines.append(f"warm-up before each scored window (s): A {w['A']}, B {w['B']}")
-    if "probe" in f:
-        p = f["probe"]
-        lines.append(
-            f"probe ({p['prompts']} prompts, greedy): n-gram token match vs baseline "
-            + ", ".join(f"{x:.3f}" for x in p["ngram_match"])
-            + "; baseline floor "
-            + ", ".join(f"{x:.3f}" for x in p["floor_match"])
-            + f"; {p['verdict']}"
-        )
-        for i, verdict in enumerate(p.get("verdicts", [])[1:], 2):
-            lines.append(f"probe, n-gram round {i}: {verdict}")
-    return lines
 
 
 def _fmt(values: list[float] | None, spec: str) -> str:

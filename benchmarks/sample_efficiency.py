@@ -25,8 +25,7 @@ the table with the command that made it to `--out` (default
 benchmarks/data/sample-efficiency-total-<grid>.md) and beside it as JSON, the chosen splits to
 sample-efficiency-split-<grid>.json (for planning `tuner optimize --budget`); the README quotes
 the JSON (`--readme`, or `--render` from the JSON the last run wrote). Replay mode numbers: load
-shape, not graded answers. An incomplete grid is refused (exit 2) unless a complete part of it
-holds the baseline (`GridTable.partial`).
+shape, not graded answers. An incomplete grid is refused (exit 2).
 
 The mode before `--total-budget` (regret and hit of the search alone at 10%, 25% and 50% of the
 grid's cost, per search and slot count, `--world`, `--noise`, `--screening`, `--slots`) is in
@@ -44,8 +43,16 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._grid_replay import DATA, LARGE_DATA, GridTable
-from benchmarks._se_grid_facts import grid_facts, rel, truth_facts
-from benchmarks._se_write import BEGIN, END, _write, render_readme, write_readme
+from benchmarks._se_write import (
+    BEGIN,
+    END,
+    _write,
+    grid_facts,
+    rel,
+    render_readme,
+    truth_facts,
+    write_readme,
+)
 from tuner.study.space import config_key
 
 __all__ = ["BEGIN", "END", "main", "render_readme", "write_readme"]

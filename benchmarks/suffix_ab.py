@@ -24,7 +24,7 @@ with the paired estimate over the rounds (`tuner.metrics.paired_ratio`, the expo
 test; its interval includes the between-run term). The record is appended to
 benchmarks/data/suffix-ab-<model>-<gpu>.json.
 
-    python benchmarks/suffix_ab.py [--rounds 2] [--lock /tmp/tuner-vllm.lock]
+    python -m benchmarks.suffix_ab [--rounds 2] [--lock /tmp/tuner-vllm.lock]
 
 Replay workload: load shape (forced turn lengths; the target still writes the tokens, so
 acceptance is real where the weights are). One real-vLLM job at a time (`--lock`).
@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import statistics
 import sys
 from pathlib import Path
@@ -66,12 +65,11 @@ def data_path(model: str, gpu: str) -> Path:
     return DATA_DIR / f"suffix-ab-{model}-{gpu}.json"
 
 
-def order(rounds: int, names: tuple[str, ...] = ("C", "B", "A")) -> list[tuple[int, str]]:
-    """(round, config) in run order: names forward in even rounds, reversed in odd ones."""
-    out: list[tuple[int, str]] = []
-    for r in range(rounds):
-        out += [(r, n) for n in (names if r % 2 == 0 else names[::-1])]
-    return out
+def order(rounds: int) -> list[tuple[int, str]]:
+    """(round, config) in run order: C B A in even rounds, A B C in odd ones."""
+    from benchmarks._evaluate import interleaved
+
+    return interleaved(("C", "B", "A"), rounds, alternate=True)
 
 
 def mean_interval(values: list[float], confidence: float = 0.95) -> dict[str, float] | None:
@@ -169,17 +167,14 @@ def main() -> int:
         )
         return 2
     # Imported once the input is good: a bad argument is answered before vLLM is touched.
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from _evaluate import locked, request_for
-    from _machine import machine_record
-    from record_grid import PLANS
-
+    from benchmarks._evaluate import fresh_rounds
+    from benchmarks._machine import machine_record
+    from benchmarks.record_grid import PLANS
     from tuner.metrics import paired_ratio
     from tuner.models import prepare
     from tuner.server.knobs import suffix_decoding_available
     from tuner.settings import get_settings
     from tuner.study.space import config_key
-    from tuner.study.trial.evaluate import evaluate
 
     if not suffix_decoding_available():
         print(
@@ -192,18 +187,12 @@ def main() -> int:
     model_path = str(prepare(preset.model.prepare or args.model, cache))
     results: dict[str, list[TrialResult]] = {n: [] for n in CONFIGS}
     rows: list[dict[str, Any]] = []
-    for n, (rnd, name) in enumerate(order(args.rounds)):
-        request = request_for(
-            preset,
-            CONFIGS[name],
-            model_path=model_path,
-            cache_dir=cache,
-            study="suffix-ab",
-            number=n,
-        )
-        with locked(args.lock):
-            load = round(os.getloadavg()[0], 2)
-            result = evaluate(request)
+    rounds = fresh_rounds(
+        preset, CONFIGS, order(args.rounds), model_path=model_path, cache_dir=cache,
+        study="suffix-ab", lock=args.lock,
+    )  # fmt: skip
+    for n, (rnd, name, run) in enumerate(rounds):
+        result, load = run.result, run.load_1min[0]
         if result.workload is None or result.failure_kind:
             print(f"run {n} ({name}) failed: {result.failure_reason}", file=sys.stderr)
             return 1
@@ -252,7 +241,7 @@ def main() -> int:
         "summary": summary,
         "machine": machine,
         "recorded_at": machine["recorded_at"],
-        "command": " ".join(["python", "benchmarks/suffix_ab.py", *sys.argv[1:]]),
+        "command": " ".join(["python -m benchmarks.suffix_ab", *sys.argv[1:]]),
         "mode": preset.workload.mode,
         "unit": "a run: one fresh server start; intervals are over runs (rounds)",
     }

@@ -1,6 +1,7 @@
 """benchmarks/_evaluate.py `fresh_start`: the one fresh-server run every real-vLLM benchmark
 makes, here with a named stand-in for `evaluate` (no vLLM): the request it builds, the progress
-and lock it keeps, and a run skipped once the lock is held."""
+and lock it keeps, and a run skipped once the lock is held; and the interleaved rounds the A/B
+entry points run through it (`interleaved`, `fresh_rounds`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks._evaluate import fresh_start
+from benchmarks._evaluate import fresh_rounds, fresh_start, interleaved
 from tuner.study.space import load_preset
 from tuner.study.trial import evaluate as evaluate_module
 from tuner.workload import RunProgress
@@ -71,3 +72,27 @@ def test_a_run_no_longer_wanted_once_the_lock_is_held_is_not_run(
         number=0, lock=tmp_path / "heavy.lock", wanted=wanted,
     )  # fmt: skip
     assert run is None and asked == [True]
+
+
+def test_interleaved_rounds_run_in_order_and_alternate_when_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert interleaved(["A", "B"], 2) == [(0, "A"), (0, "B"), (1, "A"), (1, "B")]
+    order = interleaved(["C", "B", "A"], 2, alternate=True)
+    assert [n for _, n in order] == ["C", "B", "A", "A", "B", "C"]
+    seen: list[tuple[int, dict[str, Any]]] = []
+
+    def stand_in(request: Any, on_progress: Any = None) -> int:
+        seen.append((request.trial_number, request.params))
+        return request.trial_number
+
+    monkeypatch.setattr(evaluate_module, "evaluate", stand_in)
+    base = PRESET.baseline_params()
+    configs = {"A": base, "B": {**base, "max_num_seqs": 2}}
+    runs = fresh_rounds(
+        PRESET, configs, interleaved(list(configs), 2), model_path="m", cache_dir=tmp_path,
+        study="s", lock=None,
+    )  # fmt: skip
+    got = [(rnd, name, run.result) for rnd, name, run in runs]
+    assert got == [(0, "A", 0), (0, "B", 1), (1, "A", 2), (1, "B", 3)]
+    assert [p for _, p in seen] == [base, configs["B"], base, configs["B"]]

@@ -1,9 +1,9 @@
-"""The grid's truth (benchmarks/grid_truth.py) and the re-record plan (benchmarks/_rerecord.py).
+"""The grid's truth (benchmarks/grid_truth.py).
 
 The fit is checked on runs drawn from a known model laid out like the real recording (the 2 GB
 half first, drift, a few repeats): the known effects must fall in the fit's intervals, and the
-known best config must lead the ranking. The re-record plan and its ratios are checked on runs
-whose truth is known; its loop runs with a stand-in evaluator (no model or vLLM here).
+known best config must lead the ranking. A re-record sitting (top configs between baseline
+runs, as the one-off `record_grid.py --rerecord` of 5f3cc97 recorded them) joins the fit.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks import _rerecord, grid_truth, record_grid
+from benchmarks import grid_truth
 from benchmarks._grid_replay import LARGE_DATA, GridTable
 from tuner.study.space import config_key
 
@@ -69,12 +69,22 @@ def test_the_fit_recovers_a_known_truth_within_its_intervals(tmp_path: Path) -> 
     assert sum(c["p_best"] for c in doc["configs"]) == pytest.approx(1.0, abs=1e-6)
 
 
+def _interleaved(configs: list[dict], rounds: int = 3) -> list[dict]:
+    """Per round B c c B c c ... B: every config run between two baseline runs."""
+    base, order = TABLE.preset.baseline_params(), []
+    for _ in range(rounds):
+        order.append(base)
+        for i, p in enumerate(configs, start=1):
+            order += [p, base] if i % 2 == 0 or i == len(configs) else [p]
+    return [{"slot": n, "params": p} for n, p in enumerate(order)]
+
+
 def _synthetic_rerecord(tmp_path: Path, seed: int, ngram_shift: float) -> Path:
     """A re-record sitting of the top configs on another machine: 30% slower, n-gram's gain
     shifted by `ngram_shift` (log), every config run three times between baseline runs."""
     rng = random.Random(seed)
     top = sorted(CONFIGS, key=_known_mu, reverse=True)[:6]
-    order = _rerecord.plan(top, TABLE.preset.baseline_params())
+    order = _interleaved(top)
     runs = []
     for e in order:
         p = e["params"]
@@ -117,83 +127,21 @@ def test_the_truth_file_names_every_run_s_machine_and_holds_the_draws() -> None:
     )
     for c in doc["configs"]:
         assert c["interval"][0] <= c["tasks_per_hour"] <= c["interval"][1]
-    plan = doc["rerecord"]
+    # The two re-record sittings, each with its ratios to the interleaved baseline.
+    again = doc["rerecord_ratios"]
     base = config_key(TABLE.preset.baseline_params())
-    assert len(plan["configs"]) == 10 and base not in {config_key(p) for p in plan["configs"]}
-    assert "--rerecord" in plan["command"] and not plan["command"].startswith("flock")
-
-
-def test_the_plan_interleaves_every_config_run_between_baseline_runs() -> None:
-    configs = [c["params"] for c in json.loads(TRUTH_FILE.read_text())["configs"][:10]]
-    base = TABLE.preset.baseline_params()
-    order = _rerecord.plan(configs, base)
-    runs = [e for e in order if e["role"] == "config"]
-    assert len(runs) == 30 and len(order) == 48
-    counts = {config_key(p): 0 for p in configs}
-    for e in runs:
-        counts[config_key(e["params"])] += 1
-    assert set(counts.values()) == {3}
-    roles = [e["role"] for e in order]
-    for i, role in enumerate(roles):
-        if role == "config":
-            before = max(j for j in range(i) if roles[j] == "baseline")
-            after = min(j for j in range(i + 1, len(roles)) if roles[j] == "baseline")
-            assert after - before <= 3
+    assert len(again) == 2 and all(f["machine"] for f in again)
+    assert len({k for f in again for k in f["configs"]} - {base}) == 10
 
 
 def _stamp(minutes: float) -> str:
     return f"2026-12-03T{10 + int(minutes) // 60:02d}:{int(minutes) % 60:02d}:00Z"
 
 
-def test_ratios_cancel_a_steady_drift() -> None:
-    configs = [c["params"] for c in json.loads(TRUTH_FILE.read_text())["configs"][:4]]
-    order = _rerecord.plan(configs, TABLE.preset.baseline_params(), rounds=2)
-    runs = []
-    for e in order:
-        level = 1.5 if e["role"] == "config" else 1.0
-        tph = 1000 * level * math.exp(-0.2 * e["slot"] * 2 / 60)  # -20%/h, a run every 2 min
-        runs.append({**e, "tasks_per_hour": tph, "failure_kind": None,
-                     "recorded_at": _stamp(2 * e["slot"])})  # fmt: skip
-    got = _rerecord.ratios(runs)
-    assert len(got) == 8
-    assert [r["ratio"] for r in got] == pytest.approx([1.5] * 8, abs=2e-3)
-
-
-def test_the_rerecord_loop_resumes_and_refuses_another_plan(tmp_path: Path) -> None:
-    truth = tmp_path / "truth.json"
-    doc = json.loads(TRUTH_FILE.read_text())
-    truth.write_text(json.dumps({"rerecord": doc["rerecord"]}))
-    out = tmp_path / "rerecord.json"
-    calls: list[int] = []
-
-    def stand_in(_preset: object, params: dict, slot: int) -> dict:
-        # A named stand-in for one real vLLM run: what record_grid.evaluate_once returns.
-        calls.append(slot)
-        return {"failure_kind": None, "tasks_per_hour": 1000.0 + slot,
-                "recorded_at": _stamp(2 * slot)}  # fmt: skip
-
-    cpu = {"cpu_model": "test"}
-    kw = {"dry": False, "evaluate": stand_in, "machine": cpu, "grid": record_grid}
-    assert _rerecord.rerecord(truth, out, TABLE.preset, limit=5, **kw) == 0
-    assert _rerecord.rerecord(truth, out, TABLE.preset, limit=None, **kw) == 0
-    saved = json.loads(out.read_text())
-    assert calls == list(range(48)) and len(saved["runs"]) == 48
-    assert len(saved["ratios"]) == 30 and saved["cpu"] == cpu
-    assert all(r["cpu"] == cpu for r in saved["runs"])
-    other = dict(doc["rerecord"], configs=doc["rerecord"]["configs"][:3])
-    truth.write_text(json.dumps({"rerecord": other}))
-    assert _rerecord.rerecord(truth, out, TABLE.preset, limit=None, **kw) == 2
-    kw["machine"] = {"cpu_model": "other"}
-    # A new file on another machine starts its own sitting; the old file refuses it.
-    assert _rerecord.rerecord(truth, tmp_path / "x.json", TABLE.preset, limit=1, **kw) == 0
-    truth.write_text(json.dumps({"rerecord": doc["rerecord"]}))
-    assert _rerecord.rerecord(truth, out, TABLE.preset, limit=None, **kw) == 2
-
-
 def test_a_rerecorded_sitting_joins_the_fit(tmp_path: Path) -> None:
     grid = _synthetic_grid(tmp_path, seed=5)
     configs = [c["params"] for c in json.loads(TRUTH_FILE.read_text())["configs"][:4]]
-    order = _rerecord.plan(configs, TABLE.preset.baseline_params(), rounds=3)
+    order = _interleaved(configs)
     rng = np.random.default_rng(1)
     runs = [
         {**e, "failure_kind": None, "recorded_at": _stamp(2 * e["slot"]), "cpu": {"cpu_model": "B"},
@@ -209,38 +157,3 @@ def test_a_rerecorded_sitting_joins_the_fit(tmp_path: Path) -> None:
     lo, hi = doc["model"]["parameters"][name]["interval"]
     # The synthetic grid's drift is -10%/h from its first run; the new sitting reads -0.5.
     assert lo < -0.2 and hi < 0
-
-
-def test_a_continuation_records_the_rest_of_the_plan_as_its_own_sitting(tmp_path: Path) -> None:
-    truth = tmp_path / "truth.json"
-    doc = json.loads(TRUTH_FILE.read_text())
-    truth.write_text(json.dumps({"rerecord": doc["rerecord"]}))
-    first, rest = tmp_path / "first.json", tmp_path / "rest.json"
-    calls: list[int] = []
-
-    def stand_in(_preset: object, params: dict, slot: int) -> dict:
-        # A named stand-in for one real vLLM run (no model or vLLM here).
-        calls.append(slot)
-        return {"failure_kind": None, "tasks_per_hour": 1000.0,
-                "recorded_at": _stamp(2 * slot)}  # fmt: skip
-
-    kw = {"dry": False, "evaluate": stand_in, "grid": record_grid}
-    zen = {"cpu_model": "zen"}
-    assert _rerecord.rerecord(truth, first, TABLE.preset, limit=16, machine=zen, **kw) == 0
-    # The truth moves on (another top 10); the continuation keeps the first file's plan.
-    other = dict(doc["rerecord"], configs=doc["rerecord"]["configs"][2:6])
-    truth.write_text(json.dumps({"rerecord": other}))
-    intel = {"cpu_model": "intel"}
-    more = {"machine": intel, "continues": first, **kw}
-    assert _rerecord.rerecord(truth, rest, TABLE.preset, limit=5, **more) == 0
-    assert _rerecord.rerecord(truth, rest, TABLE.preset, limit=None, machine=intel, **kw) == 0
-    saved = json.loads(rest.read_text())
-    assert calls == list(range(48))
-    assert saved["plan"] == json.loads(first.read_text())["plan"] and saved["first_slot"] == 16
-    assert [r["slot"] for r in saved["runs"]] == list(range(16, 48))
-    assert saved["runs"][0]["role"] == "baseline" and len(saved["ratios"]) == 20
-    assert all(r["cpu"] == intel for r in saved["runs"])
-    # Every config run of the plan has its ratio in one file or the other.
-    ratio_slots = {r["slot"] for f in (first, rest) for r in json.loads(f.read_text())["ratios"]}
-    plan = json.loads(first.read_text())["plan"]
-    assert ratio_slots == {e["slot"] for e in plan if e["role"] == "config"}

@@ -79,19 +79,14 @@ def test_a_config_recorded_twice_alike_replays_without_noise() -> None:
     assert sim.tasks_per_hour == pytest.approx(OK_RUNS[0]["tasks_per_hour"], rel=0.01)
 
 
-def test_without_repeats_a_replay_resamples_the_recorded_tasks() -> None:
+def test_without_repeats_a_replay_plays_the_recorded_tasks_without_noise() -> None:
     data = copy.deepcopy(RECORDED)
     data["runs"] = [OK_RUNS[0]]
     table = GridTable(data)
     assert not table.noise.learned
-    recorded = sorted(round(t[2], 3) for t in OK_RUNS[0]["tasks"])
-    rates = set()
-    for seed in range(20):
-        sim = table.replay(OK_RUNS[0]["params"], random.Random(seed))
-        assert sim is not None
-        assert all(round(d, 3) in recorded for d in sim.durations)
-        rates.add(round(sim.tasks_per_hour))
-    assert len(rates) > 5  # the resampling varies the score
+    sim = table.replay(OK_RUNS[0]["params"], random.Random(0))
+    assert sim is not None
+    assert list(sim.durations) == pytest.approx([t[2] for t in OK_RUNS[0]["tasks"]], rel=1e-3)
 
 
 def test_a_stopped_trial_costs_what_it_ran_and_reports_finished_tasks_only() -> None:

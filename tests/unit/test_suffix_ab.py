@@ -13,10 +13,9 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
-sys.path.insert(0, str(BENCH))
+from benchmarks import suffix_ab
 
-import suffix_ab  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_rounds_alternate_so_every_config_sits_at_the_same_mean_position() -> None:
@@ -80,7 +79,8 @@ def test_the_table_has_one_row_a_config_with_its_ratio_and_acceptance() -> None:
 )
 def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str) -> None:
     done = subprocess.run(
-        [sys.executable, str(BENCH / "suffix_ab.py"), *args],
+        [sys.executable, "-m", "benchmarks.suffix_ab", *args],
+        cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=60,
