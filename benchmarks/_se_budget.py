@@ -51,7 +51,8 @@ from tuner.defaults import CONFIRM_ROUNDS
 from tuner.metrics import DEFAULT_NOISE
 from tuner.results.export import confirmation_look
 from tuner.results.rows import StudyResults
-from tuner.study.search.loop import LoopSettings, StudyLoop
+from tuner.study.search.loop import StudyLoop
+from tuner.study.search.loop_settings import LoopSettings
 from tuner.study.stages.confirm_finalists import _baseline, rank_finalists
 from tuner.study.stages.confirm_looks import _first_rounds, run_looks
 from tuner.study.stages.confirm_plan import ConfirmPlan

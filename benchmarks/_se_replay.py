@@ -25,7 +25,8 @@ from tuner.results import decision
 from tuner.results.export import choose_export
 from tuner.results.rows import StudyResults, TrialRow
 from tuner.study.search.driver import request_factory
-from tuner.study.search.loop import LoopSettings, StudyLoop
+from tuner.study.search.loop import StudyLoop
+from tuner.study.search.loop_settings import LoopSettings
 from tuner.study.space import config_key
 
 

@@ -18,7 +18,8 @@ from benchmarks import record_grid
 from benchmarks._grid_replay import DATA, LARGE_DATA, GridTable, closed_loop
 from benchmarks._grid_replay_backend import GridReplayBackend
 from tuner.study.search.driver import request_factory
-from tuner.study.search.loop import LoopSettings, StudyLoop
+from tuner.study.search.loop import StudyLoop
+from tuner.study.search.loop_settings import LoopSettings
 from tuner.study.search.sampling import enumerate_space
 from tuner.study.space import config_key
 

@@ -18,7 +18,8 @@ from benchmarks._grid_replay_backend import GridReplayBackend
 from tests.conftest import stub_cluster_join
 from tuner.attrs import Role, TrialAttr
 from tuner.study.search.driver import request_factory
-from tuner.study.search.loop import LoopSettings, StudyLoop
+from tuner.study.search.loop import StudyLoop
+from tuner.study.search.loop_settings import LoopSettings
 from tuner.study.search.pruning import PruneRule, RunningRate, ScreenRule, binomial_upper
 from tuner.study.space import load_preset
 

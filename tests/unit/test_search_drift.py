@@ -29,7 +29,8 @@ from tuner.results.decision import judge_study
 from tuner.results.export import choose_export
 from tuner.storage import Store
 from tuner.study.search.driver import request_factory
-from tuner.study.search.loop import LoopSettings, StudyLoop
+from tuner.study.search.loop import StudyLoop
+from tuner.study.search.loop_settings import LoopSettings
 from tuner.study.search.roles import (
     DEFAULT_BASELINE_EVERY,
     counts_toward_budget,

@@ -18,7 +18,8 @@ from tuner.study.search import budget as budget_module
 from tuner.study.search.budget import Budget, search_share, split_runs
 from tuner.study.search.driver import request_factory
 from tuner.study.search.estimate import planned_run_s
-from tuner.study.search.loop import LoopSettings, StudyLoop
+from tuner.study.search.loop import StudyLoop
+from tuner.study.search.loop_settings import LoopSettings
 from tuner.study.space import Preset, load_preset
 from tuner.testing.scripted_backend import ScriptedBackend, ScriptedRun
 

@@ -16,7 +16,8 @@ from optuna.trial import TrialState
 
 from tuner.attrs import TrialAttr
 from tuner.study.search.driver import request_factory
-from tuner.study.search.loop import LoopOutcome, LoopSettings, StudyLoop
+from tuner.study.search.loop import StudyLoop
+from tuner.study.search.loop_settings import LoopOutcome, LoopSettings
 from tuner.study.search.roles import counts_toward_budget, enqueue_run, role_of
 from tuner.study.search.sampling import enumerate_space
 from tuner.study.space import Preset, config_key, load_preset

@@ -19,7 +19,8 @@ from tuner.study.search.estimate import (
     planned_runs,
     run_estimate_s,
 )
-from tuner.study.search.loop import LoopSettings, StudyLoop
+from tuner.study.search.loop import StudyLoop
+from tuner.study.search.loop_settings import LoopSettings
 from tuner.study.search.progress import (
     ProgressLines,
     clock,

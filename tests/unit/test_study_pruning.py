@@ -11,7 +11,8 @@ from optuna.trial import TrialState
 
 from tuner.attrs import TrialAttr
 from tuner.study.search.driver import request_factory
-from tuner.study.search.loop import LoopSettings, StudyLoop
+from tuner.study.search.loop import StudyLoop
+from tuner.study.search.loop_settings import LoopSettings
 from tuner.study.search.pruning import PruneRule, RunningRate, poisson_upper
 from tuner.study.space import load_preset
 from tuner.testing.scripted_backend import ScriptedBackend, ScriptedRun

@@ -60,7 +60,8 @@ from tuner.study.search.interrupts import (
     stop_loop,
     stop_my_servers,
 )
-from tuner.study.search.loop import LoopOutcome, LoopSettings, RequestFactory, StudyLoop
+from tuner.study.search.loop import StudyLoop
+from tuner.study.search.loop_settings import LoopOutcome, LoopSettings, RequestFactory
 from tuner.study.search.progress import ProgressLines
 from tuner.study.search.pruning import PruneRule, ScreenRule
 from tuner.study.search.ray_session import check_ray_address, start_ray, stop_ray

@@ -19,6 +19,11 @@ Lifecycle of one `run()`:
 4. Stop when the target is met, the queue is empty (unbudgeted runs), the space is exhausted
    or the time is up, once nothing runs.
 
+`StudyLoop` keeps the dispatch and the results here; it inherits what it relays and says
+while trials run (`tuner.study.search.loop_progress.LoopProgress`: the pruning too) and its
+budget's side (`tuner.study.search.loop_budget.LoopBudget`); what it is given and returns are
+`tuner.study.search.loop_settings`'s.
+
 A simulated study (what the sample-efficiency benchmark does, with its own backend):
 
     study = optuna.create_study(direction="maximize")  # in memory, no tuner tables
@@ -29,20 +34,20 @@ A simulated study (what the sample-efficiency benchmark does, with its own backe
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import optuna
 from optuna.storages._heartbeat import BaseHeartbeat, is_heartbeat_enabled
 from optuna.trial import FrozenTrial, TrialState
 
-from tuner.attrs import Role, StudyAttr, TrialAttr, is_feasible
+from tuner.attrs import Role, StudyAttr, TrialAttr
 from tuner.results.configs import describe_config_short
 from tuner.results.words import tph_label
 from tuner.storage import Store
-from tuner.study.search.display import SlotView, StudyDisplay, describe_trial
-from tuner.study.search.pruning import PruneRule, RunningRate
+from tuner.study.search.display import SlotView, StudyDisplay
+from tuner.study.search.loop_budget import LoopBudget
+from tuner.study.search.loop_progress import LoopProgress, _best_line
+from tuner.study.search.loop_settings import LoopOutcome, LoopSettings, RequestFactory, _Running
 from tuner.study.search.recording import record_result
 from tuner.study.search.resume import (
     HEARTBEAT_INTERVAL_S,
@@ -61,24 +66,12 @@ from tuner.study.search.roles import (
     enqueue_baseline_rerun,
     is_sampled,
     rerun_due,
-    role_of,
 )
-from tuner.study.search.sampling import (
-    SamplerFactory,
-    enumerate_space,
-    make_sampler,
-    propose,
-    taken_configs,
-)
+from tuner.study.search.sampling import enumerate_space, propose, taken_configs
 from tuner.study.space import Preset, config_key
 from tuner.study.trial.backend import Finished, TrialBackend
-from tuner.study.trial.request import TrialRequest
 
-if TYPE_CHECKING:
-    from tuner.study.search.budget import Budget
-    from tuner.study.search.progress import ProgressLines
-
-__all__ = ["PLACEMENT_WAIT_S", "LoopOutcome", "LoopSettings", "RequestFactory", "StudyLoop"]
+__all__ = ["PLACEMENT_WAIT_S", "StudyLoop"]
 
 # How long the loop, with nothing running and a trial to start, waits for a slot whose worker
 # died to get its replacement (`TrialBackend.ready`): a Ray actor is placed again within seconds
@@ -86,63 +79,8 @@ __all__ = ["PLACEMENT_WAIT_S", "LoopOutcome", "LoopSettings", "RequestFactory", 
 # (issue 48); past this wait, the run ends and the trial stays queued for the next one.
 PLACEMENT_WAIT_S = 120.0
 
-RequestFactory = Callable[[optuna.Trial, dict[str, Any]], TrialRequest]
 
-
-@dataclass(frozen=True)
-class LoopSettings:
-    """How one `run()` behaves.
-
-    Attributes:
-        n_trials: Trials that start a server wanted from this run (see `budget_target`);
-            None runs the queued (WAITING) trials only, e.g. `tuner explain`'s controls.
-        seed: The study seed the sampler's seeds derive from (None: not reproducible).
-        timeout_s: Stop starting trials after this many seconds of backend time.
-        prune_rule: When a candidate is stopped early.
-        sampler_factory: The sampler of each draw, from (derived seed, n_trials).
-        poll_s: How long one `backend.wait()` may block.
-        baseline_every: Start the baseline again after every this many sampled trials (a
-            `Role.BASELINE_RERUN`, uncounted; `rerun_due`); 0: never. Budgeted runs only.
-        budget: The command's time budget (`tuner.study.search.budget`, `--budget`): it
-            measures every run; in a search it sets the target (its plan's trials, revised
-            after each run) and starts no trial that cannot finish before the time the
-            confirmation needs.
-    """
-
-    n_trials: int | None
-    seed: int | None = 0
-    timeout_s: float | None = None
-    prune_rule: PruneRule = field(default_factory=PruneRule)
-    sampler_factory: SamplerFactory = make_sampler
-    poll_s: float = 0.5
-    also_try_baseline: bool = False  # queue the baseline's config again as a candidate (A/A)
-    baseline_every: int = 0
-    budget: Budget | None = None
-
-
-@dataclass(frozen=True)
-class LoopOutcome:
-    """How a `run()` ended."""
-
-    target: int | None
-    resumed_target: bool
-    exhausted_size: int | None  # the space's size when every config was measured
-    recovered: tuple[int, ...]
-    budget_stopped: bool = False  # the budget's guard ended the search before its target
-    # An earlier run stopped during its confirmation stage (`StudyAttr.CONFIRM_PENDING`): this
-    # run searched nothing, so the command goes on to finish that stage.
-    confirm_pending: bool = False
-
-
-@dataclass
-class _Running:
-    slot: int
-    trial: optuna.Trial
-    role: str
-    stopping: bool = False
-
-
-class StudyLoop:
+class StudyLoop(LoopProgress, LoopBudget):
     """Keeps every slot of a backend busy with the study's next trials."""
 
     def __init__(
@@ -251,22 +189,6 @@ class StudyLoop:
         return LoopOutcome(
             self.target, resumed, size, recovered, self._budget_stopped, confirm_pending
         )
-
-    def _set_budget_target(self, trials: int) -> None:
-        """The search's target: this run's planned trials on top of those before it."""
-        self.target = self._base_done + max(trials, 0)
-        self.study.set_user_attr(StudyAttr.TARGET, self.target)
-        self.display.total = self.target
-
-    def _budget_allows(self) -> bool:
-        """The budget's guard for one more search run (always True without a budget)."""
-        budget = self.settings.budget
-        if budget is None or self.target is None:
-            return True
-        plan = budget.plan()
-        allowed = budget.may_start_search(plan.confirm_runs if plan is not None else 0)
-        self._budget_stopped = not allowed
-        return allowed
 
     def abandon(self) -> None:
         """Ctrl-C or SIGTERM: stop running trials, mark them interrupted, re-queue them."""
@@ -452,83 +374,6 @@ class StudyLoop:
             self.display.lines.started(trial.number, trial.user_attrs, label)
         self.display.update()
 
-    # ---- progress and pruning ---------------------------------------------------------------
-
-    def _reference(self) -> tuple[dict[int, float] | None, int, dict[int, float] | None]:
-        """The baseline's running-rate curve, how many sampled trials completed, and the
-        running-rate curve of the best of them (what screening compares with)."""
-        curve = None
-        completed = 0
-        best: FrozenTrial | None = None
-        for t in self._trials():
-            if not is_sampled(t) or not is_feasible(t):
-                continue
-            completed += 1
-            if curve is None and role_of(t) == Role.BASELINE:
-                curve = dict(t.intermediate_values) or {1: float(t.value or 0.0)}
-            if best is None or (t.value or 0.0) > (best.value or 0.0):
-                best = t
-        best_curve = None
-        if best is not None:
-            best_curve = dict(best.intermediate_values) or {1: float(best.value or 0.0)}
-        return curve, completed, best_curve
-
-    def _relay(self) -> None:
-        progress = self.backend.progress()
-        curve, completed, best_curve = self._reference()
-        for number, run in self.inflight.items():
-            p = progress.get(number)
-            if p is None:
-                continue
-            if p.ready and number not in self._said_ready and self.display.lines is not None:
-                self._said_ready.add(number)
-                self.display.lines.ready(number, p.kv_cache_tokens, p.startup_s)
-            if self.display.lines is not None:  # a line at least every interval (a log)
-                self.display.lines.heartbeat(number, "stopping early" if run.stopping else p.state)
-            if run.slot < len(self.display.slots):
-                view = self.display.slots[run.slot]
-                view.state = "pruning" if run.stopping else p.state
-                view.tasks_done, view.tasks_total = p.tasks_done, p.tasks_total
-                view.tasks_per_hour = p.tasks_per_hour
-            previous = self.reported.get(number, 0)
-            if p.tasks_per_hour is None or p.tasks_done <= previous:
-                continue
-            self.reported[number] = p.tasks_done
-            run.trial.report(float(p.tasks_per_hour), p.tasks_done)
-            rate = RunningRate(p.tasks_done, p.tasks_total, p.successes, p.elapsed_s)
-            if run.role != Role.CANDIDATE or run.stopping:
-                continue
-            rule = self.settings.prune_rule
-            if rule.should_prune(rate, curve, completed) or (
-                rule.screening is not None and not self._screen(run, rate, previous, best_curve)
-            ):
-                self.backend.request_stop(number)
-                run.stopping = True
-        self.display.update()
-
-    def _screen(
-        self, run: _Running, rate: RunningRate, previous: int, best: dict[int, float] | None
-    ) -> bool:
-        """Judge a rung the candidate just reached; False when it is screened out."""
-        screening = self.settings.prune_rule.screening
-        assert screening is not None
-        verdict = screening.judge(rate, previous, best)
-        if verdict is None:
-            return True
-        if verdict.passed:
-            run.trial.set_user_attr(TrialAttr.RUNG, verdict.rung)
-            return True
-        run.trial.set_user_attr(
-            TrialAttr.SCREENED_OUT_AT,
-            {
-                "rung": verdict.rung,
-                "tasks": verdict.step,
-                "optimistic_tasks_per_hour": round(verdict.optimistic, 2),
-                "best_tasks_per_hour": round(verdict.reference or 0.0, 2),
-            },
-        )
-        return False
-
     # ---- results ----------------------------------------------------------------------------
 
     def _complete(self, finished: Finished) -> None:
@@ -562,87 +407,3 @@ class StudyLoop:
         self.display.update(finished=self._done())
         if self.display.lines is not None:
             self._say_finished(run, counted=finished.result is not None)
-
-    def _budget_measure(self, run: _Running, finished: Finished, seconds: float) -> None:
-        """The budget learns the run's cost; in a search its plan is revised on it."""
-        budget = self.settings.budget
-        assert budget is not None
-        trial = next((t for t in self._trials() if t.number == run.trial.number), None)
-        full = (
-            finished.result is not None
-            and trial is not None
-            and trial.state == TrialState.COMPLETE
-            and is_feasible(trial)
-        )
-        budget.run_finished(seconds, full=full, search=self.target is not None)
-        if self.target is None or self.configs is None:
-            return
-        budget.space_size = len(self.configs)
-        plan = budget.plan()
-        if plan is None:
-            return
-        self._set_budget_target(plan.trials)
-        lines = self.display.lines
-        if lines is None:
-            return
-        lines.later_runs, lines.confirm_cap = plan.confirm_runs, plan.rounds or None
-        said = (plan.trials, plan.k, plan.rounds)
-        if said != self._said_plan and budget.measured:  # the first measured run, or a change
-            self._said_plan = said
-            lines.say(budget.revised_line(plan))
-
-    def _say_finished(self, run: _Running, *, counted: bool) -> None:
-        """The progress lines of a finished trial: its outcome, its round, the ETA."""
-        lines = self.display.lines
-        assert lines is not None
-        number = run.trial.number
-        trial = next(t for t in self._trials() if t.number == number)
-        attrs = trial.user_attrs
-        if number not in self._said_ready and TrialAttr.KV_CACHE_TOKENS in attrs:
-            # It finished between two looks at its progress: say its server was up, late.
-            timing = attrs.get(TrialAttr.TIMING) or {}
-            lines.ready(number, attrs.get(TrialAttr.KV_CACHE_TOKENS), timing.get("startup_s"))
-        self._said_ready.discard(number)
-        lines.finished(trial, self._mode, self.preset.workload.tasks, counted=counted)
-        trials = self._trials()
-        if run.role == Role.CONFIRM and counted:
-            self._say_round(lines, trials, attrs.get(TrialAttr.CONFIRM_ROUND))
-        if self.target is not None:
-            left = max(0, self.target - self._done())
-        else:
-            left = sum(1 for t in trials if t.state == TrialState.WAITING) + len(self.inflight)
-        lines.eta(left, self.backend.slots)
-
-    def _say_round(self, lines: ProgressLines, trials: list[FrozenTrial], round_: Any) -> None:
-        """ "confirmation round r of R done" once no run of that round is queued or running."""
-        if round_ is None:
-            return
-        confirms = [t for t in trials if role_of(t) == Role.CONFIRM]
-        rounds = {t.user_attrs.get(TrialAttr.CONFIRM_ROUND) for t in confirms}
-        open_ = (TrialState.WAITING, TrialState.RUNNING)
-        if any(
-            t.user_attrs.get(TrialAttr.CONFIRM_ROUND) == round_ and t.state in open_
-            for t in confirms
-        ):
-            return
-        of_round = [t for t in confirms if t.user_attrs.get(TrialAttr.CONFIRM_ROUND) == round_]
-        base = next((t.number for t in trials if role_of(t) == Role.BASELINE), 0)
-        if int(round_) == 0 and all(
-            t.user_attrs.get(TrialAttr.CONFIRM_OF) == base for t in of_round
-        ):
-            # The round's first run, alone: the candidates' runs of round 1 are queued next.
-            lines.say("floor start done (the baseline's second start: the correctness floor)")
-            return
-        seen = max((int(r) for r in rounds if r is not None), default=int(round_)) + 1
-        cap = lines.confirm_cap
-        total = f"at most {cap}" if cap is not None and cap > seen else str(seen)
-        lines.say(f"confirmation round {int(round_) + 1} of {total} done")
-
-
-def _best_line(trials: list[FrozenTrial], unit: str = "tasks/h") -> str:
-    feasible = [t for t in trials if is_sampled(t) and is_feasible(t)]
-    if not feasible:
-        return "-"
-    best = max(feasible, key=lambda t: t.value or 0.0)
-    label = describe_trial(best.params, best.user_attrs)
-    return f"trial {best.number}: {best.value:.1f} {unit} ({label})"
