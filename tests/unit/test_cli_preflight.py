@@ -147,6 +147,6 @@ def test_directories_for_output(tmp_path: Path) -> None:
 
 def test_the_cli_lists_the_export_formats_the_exporter_writes() -> None:
     from tuner.cli.results import FORMATS as LISTED
-    from tuner.results.export import FORMATS
+    from tuner.results.export_render import FORMATS
 
     assert LISTED == FORMATS

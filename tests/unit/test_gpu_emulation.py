@@ -13,7 +13,8 @@ import pytest
 
 from tuner.errors import ConfigError
 from tuner.results.emulated import for_the_emulated_card
-from tuner.results.export import ExportChoice, render_export
+from tuner.results.export import ExportChoice
+from tuner.results.export_render import render_export
 from tuner.results.rows import TrialRow
 from tuner.server.spec import ServerSpec
 from tuner.study.space import GpuPart, Preset

@@ -15,7 +15,8 @@ import yaml
 from tuner.cli import main
 from tuner.errors import StudyError
 from tuner.results import choose_export, load_results, render_export, serve_argv
-from tuner.results.export import FORMATS, systemd_quote
+from tuner.results.export_render import FORMATS
+from tuner.results.formats import systemd_quote
 from tuner.testing.sample import SAMPLE_MODEL, SampleScore, write_sample_study
 
 NGRAM_CONFIG = {

@@ -15,8 +15,8 @@ from tuner.cli._study import StudyOption, pick_study, study_names
 
 __all__ = ["dashboard_cmd", "export_cmd", "report_cmd"]
 
-# tuner.results.export's FORMATS, written out: importing tuner.results (Optuna, NumPy) at start-up
-# cost every command half a second before it could check its input (tests/unit/
+# tuner.results.export_render's FORMATS, written out: importing tuner.results (Optuna, NumPy) at
+# start-up cost every command half a second before it could check its input (tests/unit/
 # test_cli_preflight.py checks the two lists agree).
 FORMATS = ("shell", "json", "yaml", "systemd", "compose")
 

@@ -5,7 +5,8 @@
 tables, plots and a self-contained HTML page.
 """
 
-from tuner.results.export import FORMATS, ExportChoice, choose_export, render_export, serve_argv
+from tuner.results.export import ExportChoice, choose_export
+from tuner.results.export_render import FORMATS, render_export, serve_argv
 from tuner.results.files import ReportFiles, write_report
 from tuner.results.report import ReportTable, report_tables
 from tuner.results.rows import StudyResults, TrialRow

@@ -28,7 +28,8 @@ from optuna_dashboard import run_server
 from tuner.attrs import StudyAttr
 from tuner.errors import ConfigError, StudyError
 from tuner.results.decision import judge_study
-from tuner.results.export import choose_export, render_export
+from tuner.results.export import choose_export
+from tuner.results.export_render import render_export
 from tuner.results.rows import StudyResults
 from tuner.results.study_reader import load_results, open_optuna_storage
 from tuner.results.words import DUMMY_WEIGHTS_LINE, mode_line, tph_label

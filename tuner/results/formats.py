@@ -1,8 +1,8 @@
 """The formats `tuner export` writes a server in: shell, systemd unit, compose service.
 
 Each takes the exported `vllm serve MODEL ...` argv (possibly headed by the preset's
-`NAME=value` environment) and returns text; the choice and its comment lines are
-`tuner.results.export`'s.
+`NAME=value` environment) and returns text; the choice is `tuner.results.export`'s, its
+comment lines `tuner.results.export_render`'s.
 """
 
 from __future__ import annotations
