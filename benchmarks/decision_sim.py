@@ -32,13 +32,22 @@ length). A config x times as fast has its seconds divided by x. The window is th
 the 2 agents.
 
 A study: the baseline and N candidates run once each (the search), then the floor start, then
-the confirmation stage: `tuner.study.stages.confirm.plan_confirmation` picks the top K,
-`round_order` orders each round, and after the first look `tuner.results.export
-.confirmation_look` decides after each round whether to stop; the export is
+the confirmation stage: `tuner.study.stages.confirm_finalists.plan_confirmation` picks the top
+K, `tuner.study.stages.confirm_rounds.round_order` orders each round, and after the first look
+`tuner.results.export.confirmation_look` decides after each round whether to stop; the export is
 `tuner.results.export.choose_export`, all the product's own code.
+
+The power table (`--power-table`, `power_table`): the same studies over a grid of noise levels
+(x1-x6), round caps (1-20) and finalists (1, 2), with the fitted noise and with slow starts and
+a random walk on top (`SLOW_WALK`): power for a true +10% and false wins among copies, each
+with its Wilson 95% interval from the study count. It is written to
+benchmarks/data/decision-sim-power.json; the product reads its copy of it
+(`tuner.study.search.power`, which a unit test checks against the file) to choose the rounds a
+budget buys, and docs/decision-sim.md shows it.
 
     python -m benchmarks.decision_sim                 # 1000 studies a cell, a few minutes
     python -m benchmarks.decision_sim --studies 200 --no-write
+    python -m benchmarks.decision_sim --power-table --studies 300
 """
 
 from __future__ import annotations
@@ -63,15 +72,25 @@ from optuna.trial import TrialState, create_trial
 from benchmarks.noise_model import OUT as MODEL_FILE
 from benchmarks.noise_model import fit, load_model, load_sessions
 from tuner.attrs import Role, TrialAttr
-from tuner.metrics import DEFAULT_NOISE, BetweenRunNoise, RunOutcomes, makespan, paired
+from tuner.metrics import (
+    DEFAULT_NOISE,
+    BetweenRunNoise,
+    RunOutcomes,
+    makespan,
+    paired,
+    wilson_interval,
+)
 from tuner.results.export import choose_export, confirmation_look
 from tuner.results.rows import StudyResults, TrialRow
 from tuner.study.space import config_key
-from tuner.study.stages.confirm import ConfirmPlan, plan_confirmation, round_order
+from tuner.study.stages.confirm_finalists import plan_confirmation
+from tuner.study.stages.confirm_plan import ConfirmPlan
+from tuner.study.stages.confirm_rounds import round_order
 
 ROOT = Path(__file__).resolve().parent.parent
 GRID = ROOT / "benchmarks" / "data" / "grid-smollm2-135m-cpu.json"
 OUT = ROOT / "docs" / "decision-sim.md"
+POWER_OUT = ROOT / "benchmarks" / "data" / "decision-sim-power.json"
 BASELINE = {"method": "none", "kv_cache_memory_bytes": 2_000_000_000, "max_num_seqs": 8}
 GOAL_FALSE_WIN = 0.05
 GOAL_WRONG = 0.10
@@ -82,6 +101,10 @@ POWER_PAIRED_SD = 0.073
 TRUE_GAIN = 1.10
 MIXED = (1.10, 1.05, 1.00, 0.97, 0.93)
 LEVELS = (1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0)
+# The power table's grid (`power_table`): noise levels, round caps and finalists.
+POWER_LEVELS = (1.0, 2.0, 3.0, 4.0, 6.0)
+POWER_CAPS = (1, 2, 3, 5, 10, 15, 20)
+POWER_K = (1, 2)
 # Issue 44's goal cell: the recorded boxes sit at about x3.9-x4.3 of the fitted noise; there,
 # with slow starts and a random walk (`SLOW_WALK`), false wins <= 5% and power >= 80%.
 STRESS_LEVEL = 4.25
@@ -476,6 +499,103 @@ def run_cell(
     return out
 
 
+def _rate(hits: int, studies: int) -> dict[str, Any]:
+    lo, hi = wilson_interval(hits, studies)
+    return {"rate": round(hits / studies, 4), "ci95": [round(lo, 4), round(hi, 4)]}
+
+
+def power_cell(
+    k: int, rounds: int, x: float, studies: int, *, seed: int, stress: Stress
+) -> dict[str, Any]:
+    """Power for a true +10% and false wins among copies under `--confirm k,rounds` at level
+    x, each a rate over `studies` studies with its Wilson 95% interval. The seed of each
+    scenario's studies is `power-{seed}-{stress}-{k}-{rounds}-{x}-{scenario}` (a string seed
+    of `random.Random`), so any cell can be re-drawn alone."""
+    rec, lvl, plan = load_recorded(), level(x), ConfirmPlan(k, rounds)
+    cell: dict[str, Any] = {"k": k, "rounds": rounds, "x": x}
+    for name, speeds in (("power", (TRUE_GAIN, 1.0, 1.0, 1.0, 1.0)), ("aa", (1.0,) * 5)):
+        rng = random.Random(f"power-{seed}-{stress.name}-{k}-{rounds}-{x:g}-{name}")
+        outcomes = [
+            simulate_new(rec, lvl, rng, speeds=speeds, plan=plan, stress=stress)
+            for _ in range(studies)
+        ]
+        if name == "power":
+            cell["power"] = _rate(sum(o.exported == 1 for o in outcomes), studies)
+        else:
+            cell["false_win"] = _rate(sum(o.exported is not None for o in outcomes), studies)
+        cell[f"runs_{name}"] = round(sum(o.runs for o in outcomes) / studies, 2)
+    return cell
+
+
+def power_table(studies: int, *, seed: int = 0) -> dict[str, Any]:
+    """The power table over `POWER_LEVELS` x `POWER_CAPS` x `POWER_K`, with the fitted noise
+    and with `SLOW_WALK` on top (what `--power-table` writes)."""
+    t0, cpu0 = time.monotonic(), time.process_time()
+    tables: dict[str, list[dict[str, Any]]] = {}
+    for stress in (FITTED, SLOW_WALK):
+        cells = tables.setdefault(stress.name, [])
+        for k in POWER_K:
+            for x in POWER_LEVELS:
+                for rounds in POWER_CAPS:
+                    cell = power_cell(k, rounds, x, studies, seed=seed, stress=stress)
+                    cells.append(cell)
+                    print(
+                        f"{stress.name} K={k} x{x:g} cap {rounds}: power "
+                        f"{_pct(cell['power']['rate'])}, false wins "
+                        f"{_pct(cell['false_win']['rate'])}",
+                        flush=True,
+                    )
+    return {
+        "command": f"python -m benchmarks.decision_sim --power-table --studies {studies}"
+        + (f" --seed {seed}" if seed else ""),
+        "what": (
+            "power: share of studies (one candidate truly x1.10 among four copies of the "
+            "baseline, searched once each) that export the x1.10 one; false_win: share of "
+            "studies (five copies) that export any candidate; both under --confirm K,rounds "
+            "with the product's stage and export, each with its Wilson 95% interval"
+        ),
+        "seed": seed,
+        "seeds": "random.Random('power-{seed}-{noise}-{k}-{rounds}-{x}-{scenario}')",
+        "studies": studies,
+        "seconds": round(time.monotonic() - t0, 1),
+        "cpu_seconds": round(time.process_time() - cpu0, 1),
+        "true_gain": TRUE_GAIN,
+        "x1_paired_sd": round(paired_sd(1.0), 4),
+        "x1_between_start_sd": model()["reference"]["between_start_sd"],
+        "noise_model": str(MODEL_FILE.relative_to(ROOT)),
+        "levels": list(POWER_LEVELS),
+        "caps": list(POWER_CAPS),
+        "finalists": list(POWER_K),
+        "noises": {st.name: st.label() for st in (FITTED, SLOW_WALK)},
+        "tables": tables,
+    }
+
+
+def power_markdown(data: dict[str, Any]) -> list[str]:
+    """The power table as markdown: a row a (noise, finalists, level), a column a cap."""
+    caps = data["caps"]
+    lines = [
+        "| noise | K | level | paired sd | "
+        + " | ".join(f"cap {c}" for c in caps)
+        + " | false wins, most of the row |",
+        "|---|---|---|---|" + "---|" * len(caps) + "---|",
+    ]
+    for name, cells in data["tables"].items():
+        by = {(c["k"], c["x"], c["rounds"]): c for c in cells}
+        for k in data["finalists"]:
+            for x in data["levels"]:
+                row = [by[(k, x, c)] for c in caps]
+                worst = max(row, key=lambda c: c["false_win"]["rate"])["false_win"]
+                lines.append(
+                    f"| {data['noises'][name]} | {k} | x{x:g} | "
+                    f"{data['x1_paired_sd'] * x:.3f} | "
+                    + " | ".join(f"{100 * c['power']['rate']:.0f}%" for c in row)
+                    + f" | {_pct(worst['rate'])} ({100 * worst['ci95'][0]:.1f}-"
+                    f"{100 * worst['ci95'][1]:.1f}%) |"
+                )
+    return lines
+
+
 def power_level() -> float:
     """The x whose round's paired log ratio has sd `POWER_PAIRED_SD` (before drift)."""
     return round(POWER_PAIRED_SD / paired_sd(1.0), 2)
@@ -522,7 +642,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--levels", default=None, help="e.g. 1,2.5,6 (default: x1-x6)")
     parser.add_argument("--no-write", action="store_true", help="Print only.")
     parser.add_argument("--out", type=Path, default=OUT, help="The markdown to write.")
+    parser.add_argument(
+        "--power-table",
+        action="store_true",
+        help=f"Write the power table ({POWER_OUT.relative_to(ROOT)}) instead of the doc.",
+    )
     args = parser.parse_args(argv)
+    if args.power_table:
+        table = power_table(args.studies, seed=args.seed)
+        print("\n".join(power_markdown(table)))
+        print(f"{table['seconds']:.0f} s, {table['cpu_seconds']:.0f} s of CPU")
+        if not args.no_write:
+            POWER_OUT.write_text(json.dumps(table, indent=1) + "\n")
+            print(f"wrote {POWER_OUT}")
+        return 0
     t0, cpu0 = time.monotonic(), time.process_time()
     levels = (
         [float(v) for v in args.levels.split(",")]
@@ -610,12 +743,45 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(_table(stressed)))
     print(f"goals met: {met}; {seconds:.0f} s, {cpu:.0f} s of CPU")
     if not args.no_write:
-        args.out.write_text(_markdown(table, data, _table(stressed)))
+        power = json.loads(POWER_OUT.read_text()) if POWER_OUT.exists() else None
+        args.out.write_text(_markdown(table, data, _table(stressed), power))
         print(f"wrote {args.out}")
     return 0
 
 
-def _markdown(table: list[str], data: dict[str, Any], stressed: list[str]) -> str:
+def _power_section(power: dict[str, Any] | None) -> list[str]:
+    """The power table's section of the doc (from benchmarks/data/decision-sim-power.json)."""
+    if power is None:
+        return []
+    half = 100 * 1.96 * math.sqrt(0.25 / power["studies"])
+    return [
+        "## The power a confirmation buys (what `--budget` reads)",
+        "",
+        f"Written by `{power['command']}` (seed {power['seed']}, {power['studies']} studies a "
+        f"cell and scenario, {power['seconds']:.0f} s on one core of a shared 2-core box, "
+        f"`{POWER_OUT.relative_to(ROOT)}`; this doc only copies it). Power: the share of "
+        "studies that export a candidate truly x1.10 among four copies of the baseline; false "
+        "wins: the share of studies of five copies that export one; both through the shipped "
+        "stage and export with `--confirm K,cap`, at x times the fitted noise (paired sd x times "
+        f"{power['x1_paired_sd']}), with the fitted noise alone and with 5% of starts at x0.75 "
+        "and a random walk on top. Each figure's 95% interval is about "
+        f"+-{half:.0f} points at 50% (the file has each cell's Wilson interval). Under "
+        "`--budget` the confirmation stage reads the fitted table at the study's measured "
+        "noise (`tuner.study.search.power`): the fewest rounds that reach 80% if the time "
+        "left pays for them, else the most it pays for, and its plan line says the power "
+        "both tables give.",
+        "",
+        *power_markdown(power),
+        "",
+    ]
+
+
+def _markdown(
+    table: list[str],
+    data: dict[str, Any],
+    stressed: list[str],
+    power: dict[str, Any] | None = None,
+) -> str:
     x1 = data["x1"]
     plan = data["default_plan"]
     return "\n".join(
@@ -677,6 +843,7 @@ def _markdown(table: list[str], data: dict[str, Any], stressed: list[str]) -> st
             f"at x{data['goals']['stressed_power_at_level']:g}: "
             f"{'met' if data['goals_met']['stressed_power'] else 'NOT met'}.",
             "",
+            *_power_section(power),
             "```json",
             json.dumps(data, indent=2),
             "```",

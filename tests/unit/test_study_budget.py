@@ -14,6 +14,7 @@ import pytest
 
 from tuner.cli._checks import budget_seconds
 from tuner.errors import ConfigError
+from tuner.metrics import BetweenRunNoise
 from tuner.study.search import budget as budget_module
 from tuner.study.search.budget import Budget, search_share, split_runs
 from tuner.study.search.driver import request_factory
@@ -221,3 +222,135 @@ def test_the_search_share_is_the_replays_choice() -> None:
     data = json.loads((split / "sample-efficiency-split-smollm2-135m-cpu-large.json").read_text())
     chosen = {row["total"]: row["search_share"] for row in data["totals"].values()}
     assert dict(BUDGET_SEARCH_SHARE) == chosen
+
+
+# ---- the power a confirmation buys (tuner.study.search.power) -------------------------------
+
+# A hand-made table whose readings are worked out by hand below: levels x1, x2, x4; caps 2, 4,
+# 6, 10; 100 studies a cell.
+_HAND = {
+    "fitted": {
+        1: {1.0: (0.2, 0.6, 0.8, 0.9), 2.0: (0.0, 0.3, 0.5, 0.7), 4.0: (0.0, 0.1, 0.2, 0.3)},
+        2: {1.0: (0.3, 0.7, 1.0, 1.0), 2.0: (0.1, 0.5, 0.85, 0.95), 4.0: (0.0, 0.2, 0.4, 0.5)},
+    },
+    "slow+walk": {
+        1: {1.0: (0.1, 0.3, 0.4, 0.5), 2.0: (0.0, 0.2, 0.3, 0.4), 4.0: (0.0, 0.0, 0.1, 0.2)},
+        2: {1.0: (0.2, 0.5, 0.7, 0.8), 2.0: (0.05, 0.25, 0.45, 0.6), 4.0: (0.0, 0.1, 0.2, 0.3)},
+    },
+}
+
+
+@pytest.fixture
+def hand_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tuner.study.search import power
+
+    monkeypatch.setattr(power, "CONFIRM_POWER", _HAND)
+    monkeypatch.setattr(power, "POWER_LEVELS", (1.0, 2.0, 4.0))
+    monkeypatch.setattr(power, "POWER_CAPS", (2, 4, 6, 10))
+    monkeypatch.setattr(power, "STUDIES", 100)
+    monkeypatch.setattr(power, "X1_PAIRED_SD", 0.02)
+
+
+@pytest.mark.usefixtures("hand_table")
+def test_the_power_table_is_read_between_its_levels_and_caps() -> None:
+    from tuner.study.search.power import power_at, rounds_for
+
+    # On a cell: K=2, x2, cap 4.
+    assert power_at(2, 2.0, 4).power == pytest.approx(0.5)
+    # Halfway between caps 6 and 10 (8 rounds) at x1: (1.0 + 1.0) / 2; at x2: (0.85 + 0.95) / 2.
+    assert power_at(2, 1.0, 8).power == pytest.approx(1.0)
+    assert power_at(2, 2.0, 8).power == pytest.approx(0.9)
+    # Halfway between x2 and x4 (x3), cap 4: (0.5 + 0.2) / 2.
+    assert power_at(2, 3.0, 4).power == pytest.approx(0.35)
+    # Both at once: x3, 5 rounds: x2 reads (0.5 + 0.85) / 2 = 0.675, x4 (0.2 + 0.4) / 2 = 0.3.
+    assert power_at(2, 3.0, 5).power == pytest.approx((0.675 + 0.3) / 2)
+    # Below x1 it reads x1; past the largest cap, the largest; past x4 it reads x4 as a bound.
+    assert power_at(2, 0.5, 4).power == pytest.approx(0.7) and not power_at(2, 0.5, 4).beyond
+    assert power_at(2, 1.0, 30).power == pytest.approx(1.0)
+    far = power_at(2, 9.0, 10)
+    assert far.power == pytest.approx(0.5) and far.beyond
+    # One round is below the smallest cap: it reads cap 2's.
+    assert power_at(1, 1.0, 1).power == pytest.approx(0.2)
+    # 3 finalists read the 2's row; the slow table is its own.
+    assert power_at(3, 2.0, 4).power == pytest.approx(0.5)
+    assert power_at(2, 2.0, 4, noise="slow+walk").power == pytest.approx(0.25)
+    # The interval is Wilson's over 100 studies: 50 of 100 gives 0.404-0.596.
+    lo, hi = power_at(2, 2.0, 4).interval
+    assert lo == pytest.approx(0.4038, abs=0.001) and hi == pytest.approx(0.5962, abs=0.001)
+    # The fewest rounds that reach 80% at x2: 5 rounds read (0.5 + 0.85) / 2 = 0.675, 6 read
+    # 0.85; at x4 none reaches it, past the table none is promised.
+    assert rounds_for(2, 2.0, 0.8) == 6
+    assert rounds_for(2, 1.0, 0.8) == 5  # (0.7 + 1.0) / 2 = 0.85 at 5 rounds, 0.7 at 4
+    assert rounds_for(2, 4.0, 0.8) is None
+    assert rounds_for(2, 4.5, 0.01) is None
+
+
+def _noise(sd: float) -> BetweenRunNoise:
+    return BetweenRunNoise(sd, 5, "hand-made")
+
+
+@pytest.mark.usefixtures("hand_table")
+def test_the_confirmation_line_says_what_the_budget_buys_and_its_power() -> None:
+    clock = _Clock()
+    # 95 s a run and the 5 s gap: 100 s a run; the end's 30 s kept free. The study's paired sd
+    # 0.04 is x2 of the hand table's x1 (0.02), where 80% needs 6 rounds of the top 2.
+    rich = Budget(30 + 2000, k=2, rounds=10, floor=True, baseline_every=0, estimate_s=95.0)
+    rich.clock, rich.start = clock, clock()
+    # 2000 s buy 20 runs and the floor start that ran: 7 rounds of 3; 6 reach 80%.
+    choice = rich.confirm_choice(_noise(0.04))
+    assert (choice.k, choice.rounds, choice.afford, choice.needed) == (2, 6, 7, 6)
+    line = rich.confirm_line(choice)
+    assert "top 2 and the baseline for up to 6 rounds, the fewest that reach 80%" in line
+    assert "x2.0 the fitted, over 5 df" in line and "about 85% power for a true +10%" in line
+    assert "45% with 1 start in 20 slow" in line  # the slow table at x2, 6 rounds
+    assert "needs" not in line
+
+    poor = Budget(30 + 1100, k=2, rounds=10, floor=True, baseline_every=0, estimate_s=95.0)
+    poor.clock, poor.start = clock, clock()
+    # 1100 s buy 11 runs and the floor: 4 rounds of 3, at x2 50% (Wilson 40-60% of 100).
+    choice = poor.confirm_choice(_noise(0.04))
+    assert (choice.k, choice.rounds, choice.needed) == (2, 4, 6)
+    line = poor.confirm_line(choice)
+    assert "for up to 4 rounds; at this study's noise (x2.0 the fitted, over 5 df)" in line
+    assert "about 50% power for a true +10% (simulated, 95% interval 40%-60%" in line
+    assert "25% with 1 start in 20 slow" in line
+    # 6 rounds of 3 are 18 runs, the floor start already run: 17 x 100 s, about 28 min.
+    assert line.endswith("80% needs 6 rounds, about 28 min")
+
+    # Past the table's noisiest level the power is a bound and every affordable round runs:
+    # 2900 s buy 29 runs and the floor, 10 rounds of 3 (the table's largest cap).
+    richer = Budget(30 + 2900, k=2, rounds=10, floor=True, baseline_every=0, estimate_s=95.0)
+    richer.clock, richer.start = clock, clock()
+    choice = richer.confirm_choice(_noise(0.2))
+    assert choice.rounds == choice.afford == 10 and choice.needed is None
+    line = richer.confirm_line(choice)
+    assert "x10.0 the fitted, over 5 df, past the table's x4" in line
+    assert "at most 50% power" in line
+    assert line.endswith("80% is not reached within 10 rounds at this noise")
+
+    # Without the study's noise the cap is --confirm's, as before.
+    plain = rich.confirm_choice(None)
+    assert (plain.k, plain.rounds) == (2, 7) and plain.power is None
+    assert "power" not in rich.confirm_line(plain)
+
+
+def test_the_products_power_table_is_the_simulations() -> None:
+    # The product's copy of benchmarks/data/decision-sim-power.json (it does not read
+    # benchmarks/): a new table is copied, not hand-edited.
+    import json
+
+    from tuner.study.search import power
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "decision-sim-power.json"
+    data = json.loads(path.read_text())
+    assert data["x1_paired_sd"] == power.X1_PAIRED_SD
+    assert data["studies"] == power.STUDIES
+    assert tuple(data["levels"]) == power.POWER_LEVELS
+    assert tuple(data["caps"]) == power.POWER_CAPS
+    table: dict[str, dict[int, dict[float, tuple[float, ...]]]] = {}
+    for noise, cells in data["tables"].items():
+        for cell in cells:
+            row = table.setdefault(noise, {}).setdefault(cell["k"], {})
+            row.setdefault(cell["x"], ())
+            row[cell["x"]] += (cell["power"]["rate"],)
+    assert {n: {k: dict(r) for k, r in t.items()} for n, t in power.CONFIRM_POWER.items()} == table

@@ -17,9 +17,17 @@ the confirmation; finalists are at most the candidates the search will have.
 `Budget` carries the plan through the command: the search loop asks it before each new trial
 (`may_start_search`: a trial must be able to finish before the time the confirmation needs),
 revises the plan after each finished run (the first run's measured cost replaces the
-estimate), and the confirmation stage asks it for its plan (`confirm_plan`, from the time
+estimate), and the confirmation stage asks it for its plan (`confirm_choice`, from the time
 actually left) and before each round (`fits`): a round that cannot finish inside the budget is
-not queued, and the stage stops with the reason "the budget". A run already started is never
+not queued, and the stage stops with the reason "the budget".
+
+The confirmation's cap under a budget is the power's, not `--confirm`'s rounds: given the
+study's measured between-run noise (the prior updated by its baseline's starts,
+`tuner.results.decision.study_noise`), the fewest rounds whose simulated power for a true +10%
+reaches 80% (`tuner.study.search.power`) if the time left pays for them, else the most it pays
+for (at most the power table's largest cap); `--confirm`'s K still caps the finalists.
+`confirm_line` says what that buys: the rounds, the power at the study's noise with its
+interval, and what 80% would need. A run already started is never
 cut short by the budget. The budget counts this command's time: a resumed study gets a fresh
 budget for what this command runs.
 """
@@ -32,9 +40,13 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from tuner.results.export_rule import FIRST_LOOK
+from tuner.study.search import power as power_table
+
+if TYPE_CHECKING:
+    from tuner.metrics import BetweenRunNoise
 
 __all__ = [
     "BUDGET_SEARCH_SHARE",
@@ -42,6 +54,7 @@ __all__ = [
     "GAP_S",
     "Budget",
     "BudgetPlan",
+    "ConfirmChoice",
     "search_share",
     "split_runs",
 ]
@@ -199,6 +212,33 @@ def split_runs(
     )
 
 
+@dataclass(frozen=True)
+class ConfirmChoice:
+    """The confirmation the budget's time left buys, and the power it has.
+
+    Attributes:
+        k: Finalists (0: no round fits).
+        rounds: Rounds at most (the floor start, already run, is the baseline's run of the
+            first).
+        afford: The most rounds of `k` finalists the time left pays for.
+        x: The study's noise level (its paired sd over the power table's x1; None: the
+            noise was not given and the cap is `--confirm`'s).
+        df: The degrees of freedom behind the study's noise (0 with `x` None).
+        power: The simulated power of `rounds` at `x` (None with `x`).
+        slow: The same with 1 start in 20 slow and a random walk (None with `x`).
+        needed: The fewest rounds that reach 80% (None: none within the table, or no `x`).
+    """
+
+    k: int
+    rounds: int
+    afford: int
+    x: float | None = None
+    df: int = 0
+    power: power_table.PowerAt | None = None
+    slow: power_table.PowerAt | None = None
+    needed: int | None = None
+
+
 @dataclass
 class Budget:
     """The command's budget: its plan, revised on measured runs, and its guards.
@@ -338,11 +378,37 @@ class Budget:
 
     def confirm_plan(self) -> tuple[int, int]:
         """(finalists, rounds) the time left buys once the floor start ran (the baseline's
-        run of the first round)."""
+        run of the first round): at most `k` finalists, at most the power table's largest cap
+        of rounds (under a budget the power chooses the cap, `confirm_choice`)."""
         run = self.run_s()
         if run is None:
             return self.k, self.rounds
-        return finalists(self._runs_in(self.left_s(), run) + 1, self.k, self.rounds)
+        runs = self._runs_in(self.left_s(), run) + 1
+        return finalists(runs, self.k, power_table.POWER_CAPS[-1])
+
+    def confirm_choice(self, noise: BetweenRunNoise | None) -> ConfirmChoice:
+        """The finalists and rounds the time left buys once the floor start ran (`confirm_plan`),
+        the rounds' cap chosen by the power at the study's measured noise (`noise`: the paired
+        sd of a round's log ratio, `tuner.results.decision.study_noise`): the fewest that reach
+        `TARGET_POWER`, else all it buys. None: `--confirm`'s rounds are the cap."""
+        k, afford = self.confirm_plan()
+        if not k or not afford:
+            return ConfirmChoice(0, 0, 0)
+        if noise is None:
+            return ConfirmChoice(k, min(afford, self.rounds), afford)
+        x = noise.log_sd / power_table.X1_PAIRED_SD
+        needed = power_table.rounds_for(k, x)
+        rounds = needed if needed is not None and needed <= afford else afford
+        return ConfirmChoice(
+            k,
+            rounds,
+            afford,
+            x=x,
+            df=noise.df,
+            power=power_table.power_at(k, x, rounds),
+            slow=power_table.power_at(k, x, rounds, noise=power_table.SLOW_WALK),
+            needed=needed,
+        )
 
     # ---- words ------------------------------------------------------------------------------
 
@@ -364,6 +430,52 @@ class Budget:
             f"runs ({self.estimate_source}): {plan.describe()}; {share}; revised on each run's "
             "measured cost"
         )
+
+    def confirm_line(self, choice: ConfirmChoice) -> str:
+        """What the time left buys for the confirmation, and its power at the study's noise,
+        e.g. "confirmation: the budget's about 12 min left at about 70 s a run buys the top 2
+        and the baseline for up to 6 rounds; at this study's noise (x2.1 the fitted) that is
+        about 62% power for a true +10% (...)"."""
+        from tuner.study.search.estimate import minutes
+
+        run = self.run_s()
+        left = minutes(max(self.left_s(), 0.0))
+        at = f" at about {run:.0f} s a run" if run is not None else ""
+        if not choice.k or not choice.rounds:
+            return f"confirmation: no round fits the budget's {left} left{at}"
+        rounds = f"{choice.rounds} round{'s' if choice.rounds != 1 else ''}"
+        head = (
+            f"confirmation: the budget's {left} left{at} buys the top {choice.k} and the "
+            f"baseline for up to {rounds}"
+        )
+        if choice.x is None or choice.power is None or choice.slow is None:
+            return head
+        p, slow = choice.power, choice.slow
+        lo, hi = p.interval
+        bound = "at most " if p.beyond else "about "
+        level = f"x{choice.x:.1f} the fitted, over {choice.df} df"
+        if p.beyond:
+            level += f", past the table's x{power_table.POWER_LEVELS[-1]:g}"
+        power = (
+            f"{bound}{p.power:.0%} power for a true +10% (simulated, 95% interval "
+            f"{lo:.0%}-{hi:.0%}; {slow.power:.0%} with 1 start in 20 slow)"
+        )
+        if choice.needed is not None and choice.rounds >= choice.needed:
+            return (
+                f"{head}, the fewest that reach {power_table.TARGET_POWER:.0%} at this study's "
+                f"noise ({level}): {power}"
+            )
+        if choice.needed is None:
+            short = (
+                f"{power_table.TARGET_POWER:.0%} is not reached within "
+                f"{power_table.POWER_CAPS[-1]} rounds at this noise"
+            )
+        else:
+            # The floor start, already run, is the first round's baseline run.
+            runs = (choice.k + 1) * choice.needed - 1
+            cost = minutes(math.ceil(runs / max(1, self.slots)) * (run or 0.0))
+            short = f"{power_table.TARGET_POWER:.0%} needs {choice.needed} rounds, {cost}"
+        return f"{head}; at this study's noise ({level}) that is {power}; {short}"
 
     def revised_line(self, plan: BudgetPlan) -> str:
         """The plan again, on this command's measured runs."""

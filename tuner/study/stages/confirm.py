@@ -71,6 +71,7 @@ from tuner.study.stages.confirm_budget import (
     _left,
     _next_round,
     _over_budget,
+    measured_noise,
 )
 from tuner.study.stages.confirm_finalists import (
     _baseline,
@@ -216,7 +217,8 @@ def confirm_study(
         ranked = rank_finalists(trials, skip=skip, noise_sd=start_sd)
         fresh = _baseline(trials)
         if budget is not None and plan.enabled:
-            plan = _budget_plan(budget, plan, say)
+            noise_now = measured_noise(options.storage_url, study.study_name)
+            plan = _budget_plan(budget, plan, say, noise_now)
             lines = getattr(options, "progress", None)
             if lines is not None:  # the ETA's cap: the rounds the budget's time left buys
                 lines.confirm_cap = plan.rounds or None

@@ -6,13 +6,16 @@ budget itself).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import optuna
 from optuna.trial import FrozenTrial
 
 from tuner.study.stages.confirm_plan import ConfirmPlan
 from tuner.study.stages.confirm_rounds import missing_runs
+
+if TYPE_CHECKING:
+    from tuner.metrics import BetweenRunNoise
 
 
 def _left(budget: Any) -> str:
@@ -29,20 +32,27 @@ def _floor_fits(budget: Any, study: optuna.Study, base: FrozenTrial) -> bool:
     return not missing or budget.fits(len(missing))
 
 
-def _budget_plan(budget: Any, plan: ConfirmPlan, say: Callable[[str], None]) -> ConfirmPlan:
-    """The finalists and rounds the budget's time left buys, `plan` being the cap."""
-    k, rounds = budget.confirm_plan()
-    run = budget.run_s()
-    at = f" at about {run:.0f} s a run" if run is not None else ""
-    if not k or not rounds:
-        say(f"confirmation: no round fits the budget's {_left(budget)} left{at}")
+def _budget_plan(
+    budget: Any, plan: ConfirmPlan, say: Callable[[str], None], noise: BetweenRunNoise | None
+) -> ConfirmPlan:
+    """The finalists and rounds the budget's time left buys (`Budget.confirm_choice`): `plan`'s
+    K caps the finalists, the study's measured `noise` chooses the rounds (the fewest that
+    reach 80% power for a true +10%, else every round the time left pays for); the line says
+    what that buys."""
+    choice = budget.confirm_choice(noise)
+    say(budget.confirm_line(choice))
+    if not choice.k or not choice.rounds:
         return ConfirmPlan(0, 0)
-    planned = ConfirmPlan(min(k, plan.k), min(rounds, plan.rounds))
-    say(
-        f"confirmation: the budget's {_left(budget)} left{at} buys the top {planned.k} and the "
-        f"baseline for up to {planned.rounds} round{'s' if planned.rounds != 1 else ''}"
-    )
-    return planned
+    return ConfirmPlan(min(choice.k, plan.k), choice.rounds)
+
+
+def measured_noise(storage_url: str, study_name: str) -> BetweenRunNoise:
+    """The study's between-run noise as its verdicts will start from it: the stored prior
+    updated by the baseline's own starts so far (`tuner.results.decision.study_noise`)."""
+    from tuner.results.decision import study_noise
+    from tuner.results.study_reader import load_results
+
+    return study_noise(load_results(storage_url, study_name))
 
 
 def _next_round(study: optuna.Study, configs: list[FrozenTrial], rounds: int) -> int:
