@@ -63,15 +63,35 @@ def box(tmp_path: Path, cache_dir: Path, smollm2_path: Path) -> Box:
     # fault test's first start compile from nothing.
     (cache_dir / "vllm").mkdir(exist_ok=True)
     (cache / "vllm").symlink_to(cache_dir / "vllm", target_is_directory=True)
+    # And what the installed vLLM accepts (tuner.server.capabilities, keyed by the install):
+    # asked afresh, it costs each test's first `tuner optimize` about 40 s on 2 cores.
+    (cache_dir / "vllm-capabilities").mkdir(exist_ok=True)
+    (cache / "vllm-capabilities").symlink_to(
+        cache_dir / "vllm-capabilities", target_is_directory=True
+    )
     env = {**os.environ, "TUNER_CACHE_DIR": str(cache), "COLUMNS": "200"}
     env.pop("TUNER_TEST_SIGKILL_AT", None)
     return Box(cache, env)
 
 
-def short_space(tmp_path: Path, *, preset: str = "smollm2-135m", **changes: object) -> Path:
-    """The CPU preset with a small workload: 1 warm-up task, 2 scored, a short plain benchmark."""
+def short_space(
+    tmp_path: Path, *, preset: str = "smollm2-135m", warmup: bool = True, **changes: object
+) -> Path:
+    """The CPU preset cut to what a fault needs: 2 scored tasks of 3 steps, a short plain
+    benchmark, eager servers, and a warm-up of 1 task and one shape sweep (none at all with
+    `warmup=False`, for a test that injects nothing in the warm-up).
+
+    What these tests check (a killed process's group gone, a trial failed or re-queued once,
+    nothing stored twice) does not depend on the tasks' length, the sweeps or torch.compile,
+    and each costs every server of the suite: `--enforce-eager` skips the CPU build's compile
+    at each start (ready in about 37 s instead of 62 s on a Zen 4; tests/e2e/conftest.py), and
+    one sweep instead of up to three still meets every batch shape once.
+    """
     data = yaml.safe_load((preset_dir() / preset / "cpu.yaml").read_text())
-    data["workload"].update(tasks=2, warmup_tasks=1)
+    workload = data["workload"]
+    workload.update(tasks=2, warmup_tasks=1 if warmup else 0, warmup_max_sweeps=1)
+    workload["shape"].update(steps_min=3, steps_max=3, steps_median=3.0)
+    data["model"]["server_args"] = [*data["model"].get("server_args", []), "--enforce-eager"]
     # The file's methods only, whether or not arctic-inference (method suffix) is installed.
     data["space"].pop("methods_if_available", None)
     data["throughput_streams"] = [1]

@@ -19,7 +19,8 @@ Real Ray, the real Postgres server, a real tmpfs (root only), and the named fake
 (tuner/testing/fake_vllm.py, slowed to under a minute per trial): these faults are in the layers
 around the server, which a real one would only make a minute slower per start; the real
 server's own faults and its process group are tested in test_server_faults.py and
-test_driver_kill.py.
+test_driver_kill.py. Only the worker kill, which strikes in the warm-up, runs one; the other
+faults strike in the scored tasks, and their studies run without (`_space`).
 """
 
 from __future__ import annotations
@@ -63,9 +64,17 @@ def fake_box(box: Box) -> Box:
         **box.env,
         "TUNER_VLLM_COMMAND": f"{sys.executable} -m tuner.testing.fake_vllm",
         "FAKE_VLLM_ACCESS_LOG": "1",
-        "FAKE_VLLM_TOKEN_DELAY_S": "0.05",  # phases of several seconds to hit
+        # Phases of seconds to hit (a 3-step task about 3 s, the correctness probe's 16 x 32
+        # tokens about 15 s), and a trial well under a minute.
+        "FAKE_VLLM_TOKEN_DELAY_S": "0.03",
     }
     return Box(box.cache, env)
+
+
+def _space(tmp_path: Path, *, warmup: bool = False) -> Path:
+    """`short_space` without the plain benchmark, which no fault here strikes (4 x 32 tokens of
+    every trial at the token delay); with a warm-up only for a fault struck there."""
+    return short_space(tmp_path, warmup=warmup, throughput_streams=[])
 
 
 def _cmdline(pid: int) -> str:
@@ -88,7 +97,7 @@ def _wait_phase(box: Box, driver: subprocess.Popen[str], phase: str) -> dict[str
 
 def test_ray_worker_killed_mid_trial_is_requeued_once(tmp_path: Path, fake_box: Box) -> None:
     url = f"sqlite:///{tmp_path / 'workerkill.db'}"
-    argv = optimize_argv(short_space(tmp_path), url, "workerkill", 1)
+    argv = optimize_argv(_space(tmp_path, warmup=True), url, "workerkill", 1)
     driver = subprocess.Popen(
         argv, env=fake_box.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
@@ -190,7 +199,7 @@ def test_postgres_restarted_mid_study_and_in_the_confirmation_is_waited_out(
 ) -> None:
     box = fake_box
     url = own_postgres_db
-    argv = optimize_argv(short_space(tmp_path), url, "pgrestart", 2, confirm="1,1")
+    argv = optimize_argv(_space(tmp_path), url, "pgrestart", 2, confirm="1,1")
     driver = subprocess.Popen(
         argv, env=box.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
@@ -219,7 +228,7 @@ def test_driver_sigtermed_in_the_confirmation_exits_130_and_the_rerun_resumes_it
 ) -> None:
     box = fake_box
     url = f"sqlite:///{tmp_path / 'confirmterm.db'}"
-    argv = optimize_argv(short_space(tmp_path), url, "confirmterm", 2, confirm="1,1")
+    argv = optimize_argv(_space(tmp_path), url, "confirmterm", 2, confirm="1,1")
     driver = subprocess.Popen(
         argv, env=box.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
@@ -283,7 +292,7 @@ def test_full_disk_under_sqlite_is_one_clear_error_and_the_database_survives(
     box = fake_box
     db = small_disk / "study.db"
     url = f"sqlite:///{db}"
-    argv = optimize_argv(short_space(tmp_path), url, "diskfull", 1)
+    argv = optimize_argv(_space(tmp_path), url, "diskfull", 1)
     driver = subprocess.Popen(
         argv, env=box.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
