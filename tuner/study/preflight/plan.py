@@ -48,8 +48,10 @@ from tuner.workload.calibration import Calibration, SizingPlan
 from tuner.workload.settings import WorkloadSettings
 
 __all__ = [
+    "UNREAD",
     "StoredStudy",
     "StudyPlan",
+    "Unread",
     "WorkloadSizing",
     "apply_calibration",
     "plan_study",
@@ -95,6 +97,18 @@ class StoredStudy:
     calibration: Calibration | None
     sizing_off: str | None  # why the study keeps the preset's sizing, when it does
     measured: bool  # it has COMPLETE or PRUNED trials
+
+
+class Unread:
+    """The type of `UNREAD`: the stored study is not read yet (`plan_study` reads it)."""
+
+    def __repr__(self) -> str:
+        return "UNREAD"
+
+
+# `plan_study(stored=UNREAD)`, the default: read the stored study here. A caller that read it
+# already (`tuner.study.pipeline.run_study`, before its budget and estimate) passes its read.
+UNREAD = Unread()
 
 
 def _has_table(url: str, table: str) -> bool:
@@ -322,6 +336,7 @@ def plan_study(  # noqa: PLR0913 (the one preflight step: every input, keyword-o
     quiet: bool = False,
     capabilities: VllmCapabilities | None = None,
     cpuinfo: str | None = None,
+    stored: StoredStudy | Unread | None = UNREAD,
 ) -> StudyPlan:
     """Check `preset`, build its model and decide its space and sizing (see the module doc).
 
@@ -339,6 +354,8 @@ def plan_study(  # noqa: PLR0913 (the one preflight step: every input, keyword-o
         quiet: Say nothing about the space or the sizing (said once, by the search).
         capabilities: The installed vLLM's, when already known (tests).
         cpuinfo: /proc/cpuinfo's text for a `by-cpu` dtype (None: read it; tests pass one).
+        stored: The study as `read_stored_study` read it at the start of this command (None:
+            no such study yet); `UNREAD`: read it here, after the tables are migrated.
 
     Raises:
         ConfigError: a check failed, or `--no-calibrate` on a calibrated study.
@@ -372,7 +389,8 @@ def plan_study(  # noqa: PLR0913 (the one preflight step: every input, keyword-o
         store.migrate()  # tuner's tables first, before Optuna touches the database
     finally:
         store.close()
-    stored = read_stored_study(storage_url, study_name or preset.study_name)
+    if isinstance(stored, Unread):
+        stored = read_stored_study(storage_url, study_name or preset.study_name)
     preset, dtype_line = resolve_dtype(
         preset,
         stored=stored.preset if stored is not None else None,

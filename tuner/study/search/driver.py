@@ -43,7 +43,10 @@ from tuner.models import MODEL_NAMES, prepare
 from tuner.server import ServerSpec, reap_orphans
 from tuner.storage import Store, normalize_url
 from tuner.study.preflight.plan import (
+    UNREAD,
+    StoredStudy,
     StudyPlan,
+    Unread,
     WorkloadSizing,
     plan_study,
     read_stored_study,
@@ -221,12 +224,16 @@ def _model_path(preset: Preset, cache_dir: Path, say: Callable[[str], None] | No
     return preset.model.checkpoint
 
 
-def optimize(preset: Preset, options: OptimizeOptions) -> StudySummary:
+def optimize(
+    preset: Preset, options: OptimizeOptions, *, stored: StoredStudy | Unread | None = UNREAD
+) -> StudySummary:
     """Run the study until this run's `n_trials` trials that started a server have finished.
 
     A run that ended early (killed, interrupted, timed out) is continued to its target instead.
+    `stored`: the study as `read_stored_study` read it at the start of the caller's command
+    (`tuner.study.pipeline.run_study`), so the plan does not read it again; `UNREAD`: read here.
     """
-    return _run(preset, options, budgeted=True)
+    return _run(preset, options, budgeted=True, stored=stored)
 
 
 def run_waiting(preset: Preset, options: OptimizeOptions) -> StudySummary:
@@ -234,20 +241,28 @@ def run_waiting(preset: Preset, options: OptimizeOptions) -> StudySummary:
     return _run(preset, options, budgeted=False)
 
 
-def _run(preset: Preset, options: OptimizeOptions, *, budgeted: bool) -> StudySummary:
+def _run(
+    preset: Preset,
+    options: OptimizeOptions,
+    *,
+    budgeted: bool,
+    stored: StoredStudy | Unread | None = UNREAD,
+) -> StudySummary:
     import ray
 
     from tuner.study.trial.workers import RayBackend
 
     # The live display and the summary say what Optuna's per-trial INFO lines would.
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    if options.ray_address:  # a socket connect: seconds, before the slower checks below
+    joined = options.ray_address is not None and not ray.is_initialized()
+    # A socket connect: seconds, before the slower checks below. Ray already up (the caller's,
+    # e.g. tuner.study.pipeline's for the whole command) has nothing left to check.
+    if options.ray_address and joined:
         check_ray_address(options.ray_address)
     # One step: vLLM's knobs, the model, the space for the workload and the workload's sizing.
-    plan = study_plan(preset, options, budgeted=budgeted)
+    plan = study_plan(preset, options, budgeted=budgeted, stored=stored)
     preset, model_path = plan.preset, plan.model_path
-    joined = options.ray_address is not None and not ray.is_initialized()
-    ray_tmp = start_ray(options.ray_address)
+    ray_tmp = start_ray(options.ray_address, checked=True)
     backend: SizingBackend | None = None
     store: Store | None = None
     previous = signal.signal(signal.SIGTERM, raise_interrupt)
@@ -333,11 +348,18 @@ def loop_settings(
     )
 
 
-def study_plan(preset: Preset, options: OptimizeOptions, *, budgeted: bool = True) -> StudyPlan:
+def study_plan(
+    preset: Preset,
+    options: OptimizeOptions,
+    *,
+    budgeted: bool = True,
+    stored: StoredStudy | Unread | None = UNREAD,
+) -> StudyPlan:
     """The study's plan for a run of `options` (`tuner.study.preflight.plan.plan_study`).
 
     A run of queued extras only (`budgeted=False`: confirmation, controls) says nothing about
     the space or the sizing (the search said it) and never calibrates: it runs the study's.
+    `stored`: the study as read at the start of the command (`UNREAD`: the plan reads it).
     """
     return plan_study(
         preset,
@@ -351,6 +373,7 @@ def study_plan(preset: Preset, options: OptimizeOptions, *, budgeted: bool = Tru
         calibrate=options.calibrate,
         may_calibrate=budgeted,
         quiet=not budgeted,
+        stored=stored,
     )
 
 

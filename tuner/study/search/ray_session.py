@@ -117,8 +117,12 @@ def stop_ray(ray_tmp: Path | None) -> None:
         _reset_token_cache()
 
 
-def start_ray(address: str | None) -> Path | None:
-    """Start or join Ray; the private temp dir of a local instance this call started."""
+def start_ray(address: str | None, *, checked: bool = False) -> Path | None:
+    """Start or join Ray; the private temp dir of a local instance this call started.
+
+    `checked`: the caller has checked that `address` answers (`check_ray_address`), so it is
+    not checked again before joining.
+    """
     import ray
 
     if ray.is_initialized():
@@ -127,7 +131,8 @@ def start_ray(address: str | None) -> Path | None:
     if not any(isinstance(f, _NoTokenNotice) for f in auth_log.filters):
         auth_log.addFilter(_NoTokenNotice())
     if address:
-        check_ray_address(address)
+        if not checked:
+            check_ray_address(address)
         ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
         return None
     # address="local": never join another study's instance found through /tmp/ray; a temp
