@@ -1,11 +1,11 @@
-"""`--slots` and the preset's gpu.count against what a Ray cluster's nodes offer (cli/_checks)."""
+"""`--slots` and the preset's gpu.count against what a Ray cluster's nodes offer (ray_session)."""
 
 from __future__ import annotations
 
 import pytest
 
-from tuner.cli._checks import check_slots, slots_offered
 from tuner.errors import ConfigError
+from tuner.study.search.ray_session import check_slots, slots_offered
 
 CPU = "tuner_cpu_slot"
 

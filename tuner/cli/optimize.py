@@ -202,7 +202,7 @@ def optimize_cmd(
     # stop its own in this process. In one CPU run, the confirmation's first run was
     # interrupted just after the search's Ray had shut down (the next run resumed it).
     with _interrupt_exits(), _one_ray(ray_address):
-        from tuner.cli._checks import cluster_slots
+        from tuner.study.search.ray_session import cluster_slots
 
         # What the cluster offers, before anything is written (one line, exit 2, if short).
         cluster_slots(slots, preset.gpu, ray_address or "this machine (local)")

@@ -6,7 +6,8 @@ side), its own token file in that dir rather than in the user's home (`_private_
 the driver's niceness for the servers its workers start (`DRIVER_NICE_ENV`). `--ray-address`
 is checked with a socket connect first, so an unreachable cluster is one line within seconds
 instead of Ray's minutes. `stop_ray` shuts Ray down and removes the temp dir and the token;
-`ray_temp_dir` finds that dir for the second Ctrl-C's quick exit.
+`ray_temp_dir` finds that dir for the second Ctrl-C's quick exit. `cluster_slots` checks, once
+Ray is up and before the study is opened, that the cluster offers the study's slots.
 """
 
 from __future__ import annotations
@@ -27,7 +28,10 @@ from tuner.server.supervisor import DRIVER_NICE_ENV
 __all__ = [
     "RAY_CONNECT_TIMEOUT_S",
     "check_ray_address",
+    "check_slots",
+    "cluster_slots",
     "ray_temp_dir",
+    "slots_offered",
     "start_ray",
     "stop_ray",
 ]
@@ -172,3 +176,84 @@ def ray_temp_dir() -> str | None:
     if temp and Path(temp).parent.name.startswith("tuner-ray-"):
         return str(Path(temp).parent)
     return None
+
+
+def slots_offered(
+    nodes: list[dict[str, float]], *, gpus_per_slot: int, cpu_resource: str
+) -> int | None:
+    """Slots a cluster's nodes (each node's total resources) hold; None: a CPU preset on a
+    cluster that offers no CPU slot resource (nothing to check against).
+
+    A GPU slot is `gpus_per_slot` GPUs of one node (a server does not span nodes); a CPU slot
+    is one unit of `cpu_resource`, which a node offers per CPU server it hosts.
+    """
+    if gpus_per_slot > 0:
+        return sum(int(n.get("GPU", 0) // gpus_per_slot) for n in nodes)
+    if not any(cpu_resource in n for n in nodes):
+        return None
+    return sum(int(n.get(cpu_resource, 0)) for n in nodes)
+
+
+def check_slots(
+    slots: int,
+    nodes: list[dict[str, float]],
+    *,
+    gpus_per_slot: int,
+    gpu_count: int,
+    cpu_resource: str,
+    where: str,
+    from_option: bool,
+) -> None:
+    """One line (ConfigError, exit 2) when the study's slots do not fit what Ray offers.
+
+    `slots` comes from `--slots` (`from_option`) or from the preset's `gpu.count`; `nodes`
+    are the alive nodes' total resources; `where` names the cluster in the line.
+    """
+    offered = slots_offered(nodes, gpus_per_slot=gpus_per_slot, cpu_resource=cpu_resource)
+    asked = f"--slots {slots}" if from_option else f"the preset's gpu.count {gpu_count}"
+    if offered is None:
+        if len(nodes) > 1:
+            raise ConfigError(
+                f"{asked} asks for {slots} CPU server slot(s), but the Ray cluster at {where} "
+                f"({len(nodes)} nodes) offers no {cpu_resource!r} resource; start each CPU node "
+                f"with `ray start ... --resources '{{\"{cpu_resource}\": 1}}'` (one server per box)"
+            )
+        return  # one box: the preset's count is the operator's word for it
+    if slots <= offered:
+        return
+    unit = f"{gpus_per_slot} GPU(s) of one node" if gpus_per_slot else f"one {cpu_resource}"
+    per_node = ", ".join(
+        f"{n.get('GPU', 0) if gpus_per_slot else n.get(cpu_resource, 0):g}" for n in nodes
+    )
+    raise ConfigError(
+        f"{asked} needs {slots} slot(s) of {unit}; the Ray cluster at {where} offers {offered} "
+        f"({len(nodes)} node(s) with {per_node}); pass --slots {max(offered, 1)} or add nodes"
+        if offered
+        else f"{asked} needs {slots} slot(s) of {unit}; the Ray cluster at {where} offers none "
+        f"({len(nodes)} node(s)); start nodes with {'GPUs' if gpus_per_slot else cpu_resource}"
+    )
+
+
+def cluster_slots(slots: int | None, gpu: object, where: str) -> int:
+    """The study's slot count, checked against the Ray cluster this process has joined.
+
+    `gpu` is the preset's `GpuPart`; `slots` is `--slots` (None: the preset's). Call once Ray
+    is initialized and before the study is opened, so a misfit writes nothing.
+    """
+    import ray
+
+    from tuner.study.trial.workers import CPU_SLOT_RESOURCE
+
+    gpus_per_slot = int(getattr(gpu, "gpus_per_slot", 0))
+    wanted = slots if slots is not None else int(getattr(gpu, "slots", 1))
+    nodes = [dict(n["Resources"]) for n in ray.nodes() if n["Alive"]]
+    check_slots(
+        wanted,
+        nodes,
+        gpus_per_slot=gpus_per_slot,
+        gpu_count=int(getattr(gpu, "count", 1)),
+        cpu_resource=CPU_SLOT_RESOURCE,
+        where=where,
+        from_option=slots is not None,
+    )
+    return wanted
