@@ -38,7 +38,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tuner.study.search.estimate import minutes  # noqa: E402
-from tuner.study.search.roles import DEFAULT_BASELINE_EVERY  # noqa: E402
 from tuner.study.space import load_preset  # noqa: E402
 
 # The README's main command names its time: `--budget 20m` plans search and confirmation from a
@@ -140,21 +139,22 @@ def _estimate_only(out: Path) -> int:
 def _readme_estimate() -> str:
     """The line the README's main command prints first: what its budget buys, and how split.
 
-    Computed by the command's own code (`tuner.cli.optimize`) on a storage that does not exist,
-    so nothing is read or written.
+    Computed by the command's own code (`tuner.study.pipeline.start.study_budget`) for a study not
+    stored yet (`stored=None`), with the command's defaults, so nothing is read or written.
     """
     from tuner.cli._checks import budget_seconds
-    from tuner.cli.optimize import _budget
+    from tuner.study import OptimizeOptions
+    from tuner.study.pipeline.start import study_budget
     from tuner.study.stages.confirm_plan import ConfirmPlan
 
     preset = load_preset(model="smollm2-135m", gpu="cpu")
     plan = ConfirmPlan.for_preset(preset)
-    with tempfile.TemporaryDirectory(prefix="tuner-estimate-") as tmp:
-        budget = _budget(
-            f"sqlite:///{Path(tmp) / 'none.db'}", None, preset, plan, README_BUDGET,
-            budget_seconds(README_BUDGET), time.monotonic(),
-            n_trials=None, baseline_every=DEFAULT_BASELINE_EVERY, slots=None, calibrate=True,
-        )  # fmt: skip
+    options = OptimizeOptions(storage_url="sqlite:///none.db", cache_dir=Path("none"))
+    budget = study_budget(
+        preset, options, plan, None,
+        seconds=budget_seconds(README_BUDGET), text=README_BUDGET, started=time.monotonic(),
+        trials_cap=None,
+    )  # fmt: skip
     return budget.plan_line()
 
 

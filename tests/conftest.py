@@ -156,9 +156,8 @@ def stub_cluster_join(monkeypatch: pytest.MonkeyPatch) -> None:
     are skipped (the options are what those tests check)."""
     import contextlib
 
-    import tuner.cli.optimize as optimize_cli
-    from tuner.study.search import ray_session
+    import tuner.study.pipeline as pipeline
 
-    monkeypatch.setattr(ray_session, "check_ray_address", lambda _address: None)
-    monkeypatch.setattr(optimize_cli, "_one_ray", lambda _address: contextlib.nullcontext())
-    monkeypatch.setattr(ray_session, "cluster_slots", lambda *_args: None)
+    monkeypatch.setattr(pipeline, "check_ray_address", lambda _address: None)
+    monkeypatch.setattr(pipeline, "_one_ray", lambda _address: contextlib.nullcontext())
+    monkeypatch.setattr(pipeline, "cluster_slots", lambda *_args: None)

@@ -2,7 +2,9 @@
 
 The public API, loaded on first use (Ray, vLLM-side and plotting modules cost seconds):
 
-- presets and studies: `load_preset`, `Preset`, `optimize`, `OptimizeOptions`, `explain`;
+- presets and studies: `load_preset`, `Preset`, `run_study` (the whole of `tuner optimize`:
+  search, confirmation, load sweep, dashboard note; returns a `StudyRun`, tables through
+  `StudyHooks`), `optimize` (the search alone), `OptimizeOptions`, `explain`;
 - servers: `ServerSpec`, `SpeculativeSpec`, `Launcher`, `StartupFailure`;
 - the workload: `WorkloadSettings`, `run_workload`, `run_workload_sync`, `run_throughput`;
 - storage and results: `Store`, `load_results`, `choose_export`, `render_export`,
@@ -31,6 +33,8 @@ _WHERE = {
     "StorageError": "tuner.errors",
     "Store": "tuner.storage",
     "StudyError": "tuner.errors",
+    "StudyHooks": "tuner.study.pipeline",
+    "StudyRun": "tuner.study.pipeline",
     "TunerError": "tuner.errors",
     "WorkloadError": "tuner.errors",
     "WorkloadSettings": "tuner.workload",
@@ -40,6 +44,7 @@ _WHERE = {
     "load_results": "tuner.results",
     "optimize": "tuner.study",
     "render_export": "tuner.results",
+    "run_study": "tuner.study.pipeline",
     "run_throughput": "tuner.workload",
     "run_workload": "tuner.workload",
     "run_workload_sync": "tuner.workload",

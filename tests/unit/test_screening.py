@@ -119,17 +119,17 @@ def test_tuner_optimize_screens_only_when_asked(
 ) -> None:
     from typer.testing import CliRunner
 
-    import tuner.study as study_pkg
+    import tuner.study.pipeline as pipeline
     from tuner.cli import app
     from tuner.study.search import driver
 
     seen: list[driver.OptimizeOptions] = []
 
-    def capture(_preset: object, options: driver.OptimizeOptions) -> None:
+    def capture(_preset: object, options: driver.OptimizeOptions, **_: object) -> None:
         seen.append(options)
         raise SystemExit(0)  # the options are what this test checks; the study is not run
 
-    monkeypatch.setattr(study_pkg, "optimize", capture)
+    monkeypatch.setattr(pipeline, "optimize", capture)
     # --ray-address: the command would join a cluster (never reached: see stub_cluster_join).
     stub_cluster_join(monkeypatch)
     base = ["optimize", "--model", "smollm2-135m", "--gpu", "cpu", "--ray-address",

@@ -132,16 +132,16 @@ def test_tuner_optimize_passes_full_space_through(
 ) -> None:
     from typer.testing import CliRunner
 
-    import tuner.study as study_pkg
+    import tuner.study.pipeline as pipeline
     from tuner.cli import app
 
     seen: list[OptimizeOptions] = []
 
-    def capture(_preset: object, options: OptimizeOptions) -> None:
+    def capture(_preset: object, options: OptimizeOptions, **_: object) -> None:
         seen.append(options)
         raise SystemExit(0)  # the options are what this test checks; the study is not run
 
-    monkeypatch.setattr(study_pkg, "optimize", capture)
+    monkeypatch.setattr(pipeline, "optimize", capture)
     # --ray-address: the command would join a cluster (never reached: see stub_cluster_join).
     stub_cluster_join(monkeypatch)
     base = ["optimize", "--model", "smollm2-135m", "--gpu", "cpu", "--ray-address",

@@ -111,7 +111,7 @@ def sweep_cmd(
         schedule=schedule,
         schedule_given=parse_schedule(schedule_given),
     )
-    sweep = run_sweep(options, on_state=_progress)
+    sweep = run_sweep(options, on_state=print_state)
     print_sweep(sweep)
     if out is not None:
         from tuner.results.load_sweep_plot import sweep_png
@@ -122,21 +122,8 @@ def sweep_cmd(
         console.print(f"wrote {out / 'load-sweep.png'}", markup=False, highlight=False)
 
 
-def sweep_after_optimize(
-    storage_url: str, cache_dir: Path, study_name: str, agents: tuple[int, ...]
-) -> None:
-    """The sweep `tuner optimize` runs at its end when the preset sets `load_sweep`."""
-    from tuner.study.stages.load_sweep import SweepOptions, run_sweep
-
-    console.print(f"load sweep of the finalists at {', '.join(map(str, agents))} agents")
-    options = SweepOptions(
-        storage_url=storage_url, cache_dir=cache_dir, study_name=study_name, agents=agents
-    )
-    print_sweep(run_sweep(options, on_state=_progress))
-
-
-def _progress(line: str) -> None:
-    """One state line of the sweep, on stderr as it is."""
+def print_state(line: str) -> None:
+    """One state line of the sweep, on stderr as it is (`tuner optimize`'s too)."""
     console_err.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
