@@ -74,6 +74,8 @@ def test_server_or_engine_killed_mid_workload_fails_its_trial_and_the_study_goes
     tmp_path: Path, box: Box
 ) -> None:
     url = f"sqlite:///{tmp_path / 'serverkill.db'}"
+    # With the warm-up: a server killed before it answered any request reads as one that died
+    # at its first request (infeasible), not as one killed mid-run after N answered requests.
     argv = optimize_argv(short_space(tmp_path), url, "serverkill", 3)
     driver = subprocess.Popen(
         argv, env=box.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
@@ -178,6 +180,7 @@ def test_context_too_long_says_why_per_task_in_the_cli_and_the_records(
     spec = ServerSpec(
         model=str(smollm2_path), served_model_name="smollm2", max_model_len=1536,
         kv_cache_memory_bytes=300_000_000, env={"VLLM_USE_AOT_COMPILE": "0"},
+        extra_args=("--enforce-eager",),  # vLLM refuses the long prompts compiled or not
     )  # fmt: skip
     with launcher.launch(spec, timeout_s=600) as handle:
         proc = subprocess.run(
