@@ -77,7 +77,6 @@ from tuner.study.stages.confirm_finalists import (
     _baseline,
     _has_candidate,
     finalists_line,
-    plan_confirmation,
     rank_finalists,
 )
 from tuner.study.stages.confirm_looks import _dropped_before, _look, run_looks
@@ -86,7 +85,6 @@ from tuner.study.stages.confirm_rounds import (
     _open_runs,
     _rounds_begun,
     queue_rounds_locked,
-    round_order,
 )
 from tuner.study.stages.confirm_settle import _settle, end_stage
 from tuner.study.stages.confirm_verdicts import flagged_configs, record_verdicts, store_noise
@@ -94,15 +92,7 @@ from tuner.study.stages.confirm_verdicts import flagged_configs, record_verdicts
 if TYPE_CHECKING:
     from tuner.results.export_rule import Look
 
-# plan_confirmation and round_order are re-exported for benchmarks/decision_sim.py, which imports
-# them from here (their homes: confirm_finalists.py and confirm_rounds.py).
-__all__ = [
-    "ConfirmSummary",
-    "confirm_study",
-    "floor_start_needed",
-    "plan_confirmation",
-    "round_order",
-]
+__all__ = ["ConfirmSummary", "confirm_study", "floor_start_needed"]
 
 
 @dataclass(frozen=True)
