@@ -30,4 +30,4 @@ def paired_success_drop(pairs: Sequence[tuple[bool, bool]]) -> float | None:
     n = b + c
     if n == 0:
         return None
-    return sum(math.comb(n, k) for k in range(b, n + 1)) / 2**n
+    return float(sum(math.comb(n, k) for k in range(b, n + 1)) / 2**n)

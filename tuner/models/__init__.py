@@ -103,8 +103,8 @@ def _no_progress_bars() -> Iterator[None]:
 
         import transformers.modeling_gguf_pytorch_utils as gguf_utils
 
-        original = gguf_utils.tqdm
-        gguf_utils.tqdm = functools.partial(original, disable=True)
+        original = getattr(gguf_utils, "tqdm")  # noqa: B009  # not in the module's exports
+        setattr(gguf_utils, "tqdm", functools.partial(original, disable=True))  # noqa: B010
         restore.append(lambda: setattr(gguf_utils, "tqdm", original))
     except (ImportError, AttributeError):
         pass

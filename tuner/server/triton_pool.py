@@ -32,6 +32,7 @@ import json
 import os
 import shutil
 import uuid
+from typing import Any
 
 POOL_ENV = "TUNER_TRITON_POOL"
 GROUP_PREFIX = "__grp__"
@@ -112,7 +113,7 @@ def __getattr__(name: str) -> object:
 def _manager_class() -> type:
     from triton.runtime.cache import FileCacheManager
 
-    class PooledCacheManager(FileCacheManager):
+    class PooledCacheManager(FileCacheManager):  # type: ignore[misc]  # triton ships no types
         """Triton's file cache (`$TRITON_CACHE_DIR/<key>`), mirrored to the pool's `<key>`."""
 
         def __init__(self, key: str, override: bool = False, dump: bool = False) -> None:
@@ -124,7 +125,7 @@ def _manager_class() -> type:
                 with contextlib.suppress(OSError):
                     mirror(self.pool_dir, self.cache_dir)
 
-        def put(self, data, filename, binary=True) -> str:
+        def put(self, data: Any, filename: str, binary: bool = True) -> str:
             path = super().put(data, filename, binary)
             if self.pool_dir is not None:
                 with contextlib.suppress(OSError):

@@ -77,7 +77,7 @@ def warm_startup_s(preset: Any) -> float:
     recorded = getattr(preset, "recorded_run", None)
     if recorded is not None and recorded.warm_startup_s is not None:
         return float(recorded.warm_startup_s)
-    return preset_cost(preset).startup_s
+    return float(preset_cost(preset).startup_s)
 
 
 def run_estimate_s(preset: Any) -> float:
@@ -85,7 +85,7 @@ def run_estimate_s(preset: Any) -> float:
     cost = preset_cost(preset)
     w = preset.workload
     tasks = w.tasks + w.warmup_tasks
-    return cost.startup_s + tasks * cost.agent_s_per_task / w.agents + cost.after_s
+    return float(cost.startup_s + tasks * cost.agent_s_per_task / w.agents + cost.after_s)
 
 
 def calibrated_run_s(preset: Any, calibration: Any) -> float:
@@ -99,7 +99,7 @@ def calibrated_run_s(preset: Any, calibration: Any) -> float:
     streams = preset.throughput_streams
     plain = sum(max(preset.throughput_requests, n) for n in streams)
     after = plain * preset.throughput_output_tokens / max(calibration.decode_tps, 1e-9)
-    return calibration.startup_s + workload + after
+    return float(calibration.startup_s + workload + after)
 
 
 def planned_run_s(

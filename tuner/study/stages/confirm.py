@@ -112,7 +112,7 @@ def floor_start_needed(preset: Any) -> bool:
     a model with dummy weights repeats one token whatever the config, so it has nothing to
     compare and the start would only cost a server run (minutes on a GPU).
     """
-    return preset.model.load_format != "dummy"
+    return bool(preset.model.load_format != "dummy")
 
 
 def confirm_study(
