@@ -15,8 +15,9 @@ import pytest
 from tuner.cli._checks import budget_seconds
 from tuner.errors import ConfigError
 from tuner.metrics import BetweenRunNoise
-from tuner.study.search import budget as budget_module
-from tuner.study.search.budget import Budget, search_share, split_runs
+from tuner.study.search import budget_plan
+from tuner.study.search.budget import Budget
+from tuner.study.search.budget_plan import search_share, split_runs
 from tuner.study.search.driver import request_factory
 from tuner.study.search.estimate import planned_run_s
 from tuner.study.search.loop import StudyLoop
@@ -97,7 +98,7 @@ def test_a_resumed_study_has_candidates_to_confirm_before_it_searches() -> None:
 
 
 def test_the_split_is_read_from_the_one_table(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(budget_module, "BUDGET_SEARCH_SHARE", {0.1: 0.2, 0.25: 0.5, 0.5: 0.8})
+    monkeypatch.setattr(budget_plan, "BUDGET_SEARCH_SHARE", {0.1: 0.2, 0.25: 0.5, 0.5: 0.8})
     assert search_share(0.1) == pytest.approx(0.2)
     assert search_share(0.25) == pytest.approx(0.5)
     assert search_share(0.5) == pytest.approx(0.8)
@@ -216,7 +217,7 @@ def test_the_search_share_is_the_replays_choice() -> None:
     import json
     from pathlib import Path
 
-    from tuner.study.search.budget import BUDGET_SEARCH_SHARE
+    from tuner.study.search.budget_plan import BUDGET_SEARCH_SHARE
 
     split = Path(__file__).resolve().parents[2] / "benchmarks" / "data"
     data = json.loads((split / "sample-efficiency-split-smollm2-135m-cpu-large.json").read_text())
