@@ -121,11 +121,11 @@ def test_tuner_optimize_screens_only_when_asked(
 
     import tuner.study.pipeline as pipeline
     from tuner.cli import app
-    from tuner.study.search import driver
+    from tuner.study.search.options import OptimizeOptions, loop_settings
 
-    seen: list[driver.OptimizeOptions] = []
+    seen: list[OptimizeOptions] = []
 
-    def capture(_preset: object, options: driver.OptimizeOptions, **_: object) -> None:
+    def capture(_preset: object, options: OptimizeOptions, **_: object) -> None:
         seen.append(options)
         raise SystemExit(0)  # the options are what this test checks; the study is not run
 
@@ -143,11 +143,11 @@ def test_tuner_optimize_screens_only_when_asked(
     screens = load_preset(model="smollm2-135m", gpu="cpu").model_copy(update={"screening": True})
     plain = screens.model_copy(update={"screening": False})
     # Unset: the preset decides; either flag wins over the preset.
-    assert driver.loop_settings(unset, budgeted=True, preset=plain).prune_rule.screening is None
-    assert driver.loop_settings(unset, budgeted=True, preset=screens).prune_rule.screening == (
+    assert loop_settings(unset, budgeted=True, preset=plain).prune_rule.screening is None
+    assert loop_settings(unset, budgeted=True, preset=screens).prune_rule.screening == (
         ScreenRule()
     )
-    assert driver.loop_settings(off, budgeted=True, preset=screens).prune_rule.screening is None
-    rule_on = driver.loop_settings(on, budgeted=True, preset=plain).prune_rule
+    assert loop_settings(off, budgeted=True, preset=screens).prune_rule.screening is None
+    rule_on = loop_settings(on, budgeted=True, preset=plain).prune_rule
     assert rule_on.screening == ScreenRule()
     assert rule_on.min_completed == PruneRule().min_completed  # the baseline rule is unchanged

@@ -18,7 +18,8 @@ from tuner.study.preflight.sizing import (
     read_model_config,
     workload_reductions,
 )
-from tuner.study.search.driver import OptimizeOptions, open_study, reduce_space
+from tuner.study.search.driver import open_study, reduce_space
+from tuner.study.search.options import OptimizeOptions
 from tuner.study.search.sampling import enumerate_space
 from tuner.study.space import Preset, config_key, load_preset
 

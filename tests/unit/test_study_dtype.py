@@ -18,7 +18,8 @@ from tuner.server.cpu import cpu_dtype
 from tuner.settings import LaunchCommand
 from tuner.study.preflight.dtype import resolve_dtype
 from tuner.study.preflight.plan import StudyPlan, plan_study
-from tuner.study.search.driver import OptimizeOptions, open_study
+from tuner.study.search.driver import open_study
+from tuner.study.search.options import OptimizeOptions
 from tuner.study.space import Preset, load_preset
 from tuner.testing import cpu_dtype_args
 

@@ -293,14 +293,14 @@ def test_infeasible_configs_count_and_carry_a_positive_constraint(preset: Preset
 
 
 def test_the_run_ends_with_one_line_saying_why_it_stopped_short(preset: Preset) -> None:
-    from tuner.study.search.driver import _summary
+    from tuner.study.search.summary import summarize
 
     small = preset.model_copy(
         update={"space": preset.space.model_copy(update={"methods": ("none",)})}
     )
     study = _new()
     outcome, _ = _run(study, small, 10)
-    summary = _summary(study, outcome)
+    summary = summarize(study, outcome)
     assert summary.finished == 6 and summary.target == 10
     assert summary.note == (
         "all 6 distinct configurations of this space are measured; stopped at 6 of 10 trials"

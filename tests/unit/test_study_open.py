@@ -9,7 +9,8 @@ import pytest
 
 from tuner.attrs import StudyAttr
 from tuner.errors import StudyError
-from tuner.study.search.driver import OptimizeOptions, open_study
+from tuner.study.search.driver import open_study
+from tuner.study.search.options import OptimizeOptions
 from tuner.study.space import Preset, load_preset
 
 

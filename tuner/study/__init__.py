@@ -8,14 +8,10 @@ Importing the package does not import Ray: the driver imports it when a study st
 
 from __future__ import annotations
 
-from tuner.study.search.driver import (
-    OptimizeOptions,
-    StudySummary,
-    open_study,
-    optimize,
-    run_waiting,
-)
+from tuner.study.search.driver import open_study, optimize, run_waiting
+from tuner.study.search.options import OptimizeOptions
 from tuner.study.search.roles import enqueue_run
+from tuner.study.search.summary import StudySummary
 from tuner.study.space import Preset, known_presets, load_preset
 from tuner.study.trial.request import ThroughputPlan, TrialRequest, TrialResult
 

@@ -33,8 +33,10 @@ from typing import TYPE_CHECKING, Any
 from tuner.errors import ConfigError, StudyError, TunerError
 from tuner.study.pipeline.start import announce, read_study_at_start, study_budget
 from tuner.study.preflight.plan import StoredStudy, read_stored_study
-from tuner.study.search.driver import OptimizeOptions, StudySummary, optimize
+from tuner.study.search.driver import optimize
+from tuner.study.search.options import OptimizeOptions
 from tuner.study.search.ray_session import check_ray_address, cluster_slots
+from tuner.study.search.summary import StudySummary
 from tuner.study.space import Preset, load_preset
 from tuner.study.stages.confirm import ConfirmSummary, confirm_study, floor_start_needed
 from tuner.study.stages.confirm_plan import DEFAULT_CONFIRM, ConfirmPlan, parse_confirm

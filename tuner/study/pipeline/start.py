@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from tuner.errors import ConfigError
 from tuner.study.preflight.plan import StoredStudy, read_stored_study
-from tuner.study.search.driver import OptimizeOptions
+from tuner.study.search.options import OptimizeOptions
 from tuner.study.space import Preset
 from tuner.study.stages.confirm import floor_start_needed
 from tuner.study.stages.confirm_plan import ConfirmPlan

@@ -20,7 +20,9 @@ Lifecycle of `optimize()`:
    exits 130.
 
 Ray's start and stop are in `tuner.study.search.ray_session`, the signals' handling in
-`tuner.study.search.interrupts`, the backend wrapper in `tuner.study.search.sizing_backend`.
+`tuner.study.search.interrupts`, the backend wrapper in `tuner.study.search.sizing_backend`,
+the options a run is given (`OptimizeOptions`, `loop_settings`) in `tuner.study.search.options`
+and what it returns (`StudySummary`) in `tuner.study.search.summary`.
 """
 
 from __future__ import annotations
@@ -29,15 +31,13 @@ import json
 import signal
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.trial import FrozenTrial
 
 from tuner import __version__
-from tuner.attrs import StudyAttr, TrialAttr, is_feasible
+from tuner.attrs import StudyAttr, TrialAttr
 from tuner.errors import ConfigError, StudyError
 from tuner.models import MODEL_NAMES, prepare
 from tuner.server import ServerSpec, reap_orphans
@@ -53,8 +53,7 @@ from tuner.study.preflight.plan import (
     same_scores,
 )
 from tuner.study.preflight.plan import reduce_space as _reduce_space
-from tuner.study.search.budget import Budget
-from tuner.study.search.display import SlotView, StudyDisplay, ran_params
+from tuner.study.search.display import SlotView, StudyDisplay
 from tuner.study.search.interrupts import (
     Interrupted,
     quit_now,
@@ -64,20 +63,18 @@ from tuner.study.search.interrupts import (
     stop_my_servers,
 )
 from tuner.study.search.loop import StudyLoop
-from tuner.study.search.loop_settings import LoopOutcome, LoopSettings, RequestFactory
-from tuner.study.search.progress import ProgressLines
-from tuner.study.search.pruning import PruneRule, ScreenRule
+from tuner.study.search.loop_settings import RequestFactory
+from tuner.study.search.options import OptimizeOptions, loop_settings
 from tuner.study.search.ray_session import check_ray_address, start_ray, stop_ray
-from tuner.study.search.resume import counted, heartbeat_storage
-from tuner.study.search.roles import DEFAULT_BASELINE_EVERY, enqueue_run, is_sampled
+from tuner.study.search.resume import heartbeat_storage
+from tuner.study.search.roles import enqueue_run
 from tuner.study.search.sizing_backend import SizingBackend
+from tuner.study.search.summary import StudySummary, summarize
 from tuner.study.space import Preset
 from tuner.study.trial.request import ThroughputPlan, TrialRequest
 
 __all__ = [
-    "OptimizeOptions",
     "StudyInterrupted",
-    "StudySummary",
     "apply_overrides",
     "enqueue_run",
     "open_study",
@@ -88,61 +85,8 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class OptimizeOptions:
-    """How to run a study (the CLI's options)."""
-
-    storage_url: str
-    cache_dir: Path
-    study_name: str | None = None
-    n_trials: int = 20
-    timeout_s: float | None = None
-    ray_address: str | None = None
-    seed: int | None = 0
-    show_progress: bool = True
-    also_try_baseline: bool = False  # an A/A check: the baseline's config as a candidate too
-    # Re-run the baseline after every this many sampled trials (uncounted; 0: never): the
-    # search's own drift and noise (tuner.study.search.roles.DEFAULT_BASELINE_EVERY says why 5).
-    baseline_every: int = DEFAULT_BASELINE_EVERY
-    # One plain line per event where output is not a terminal (tuner.study.search.progress); it
-    # lives for the whole command, so its ETA spans the search and the confirmation.
-    progress: ProgressLines | None = None
-    # Screen candidates on a prefix of the workload (tuner.study.search.pruning.ScreenRule);
-    # None: as the preset says (`Preset.screening`).
-    screening: bool | None = None
-    # Search the preset's space as written (no tuner.study.preflight.sizing.workload_reductions).
-    full_space: bool = False
-    # The command that resumes this run, said when Ctrl-C stops it (the CLI's own argv).
-    resume_command: str | None = None
-    # Size the workload on the study's first server (tuner.study.preflight.plan); False keeps
-    # the preset's sizing (`--no-calibrate`).
-    calibrate: bool = True
-    # Servers at once (`--slots`); None: the preset's gpu.count / tensor_parallel_size.
-    slots: int | None = None
-    # The command's time budget (`--budget`, tuner.study.search.budget): the search runs its
-    # plan's trials (`n_trials` is the first plan's, revised on measured runs) and the
-    # confirmation what the time left buys. Shared by every stage of the command.
-    budget: Budget | None = None
-
-
 class StudyInterrupted(KeyboardInterrupt):
     """Ctrl-C or SIGTERM stopped the study; its one line (what stopped, how to resume) is said."""
-
-
-@dataclass(frozen=True)
-class StudySummary:
-    """What a finished `optimize()` call leaves behind."""
-
-    study_name: str
-    finished: int
-    states: dict[str, int]
-    best_number: int | None
-    best_value: float | None
-    best_params: dict[str, Any]
-    recovered: tuple[int, ...]
-    target: int | None = None
-    # One line for the user when the run stopped short of its target or continued another's.
-    note: str | None = None
 
 
 def open_study(preset: Preset, options: OptimizeOptions) -> optuna.Study:
@@ -326,26 +270,7 @@ def _run(
             store.close()
         if ray_tmp is not None or joined:
             stop_ray(ray_tmp)
-    return _summary(study, outcome)
-
-
-def loop_settings(
-    options: OptimizeOptions, *, budgeted: bool, preset: Preset | None = None
-) -> LoopSettings:
-    """The loop's settings for a run of `options`: screening (`ScreenRule()`) when
-    `options.screening` says so, or, when it says nothing, when the preset does."""
-    screening = options.screening
-    if screening is None:
-        screening = preset.screening if preset is not None else False
-    return LoopSettings(
-        n_trials=options.n_trials if budgeted else None,
-        seed=options.seed,
-        timeout_s=options.timeout_s,
-        also_try_baseline=options.also_try_baseline and budgeted,
-        baseline_every=options.baseline_every,
-        prune_rule=PruneRule(screening=ScreenRule() if screening else None),
-        budget=options.budget,
-    )
+    return summarize(study, outcome)
 
 
 def study_plan(
@@ -411,48 +336,3 @@ def apply_overrides(spec: ServerSpec, overrides: dict[str, Any]) -> ServerSpec:
     if speculative and spec.speculative is not None:
         overrides["speculative"] = spec.speculative.model_copy(update=speculative)
     return spec.replace(**overrides)
-
-
-def _note(outcome: LoopOutcome, done: int) -> str | None:
-    if outcome.confirm_pending:
-        return (
-            "search: none this run; an earlier run was stopped during its confirmation stage, "
-            "which this one finishes (run the command again afterwards to search more)"
-        )
-    if outcome.budget_stopped:
-        return (
-            f"search: stopped at {done} trials, the budget's time left being what the "
-            "confirmation needs"
-        )
-    if outcome.exhausted_size is not None:
-        return (
-            f"all {outcome.exhausted_size} distinct configurations of this space are measured; "
-            f"stopped at {done} of {outcome.target} trials"
-        )
-    if outcome.target is not None and done < outcome.target:
-        return f"stopped at {done} of {outcome.target} trials; the same command continues"
-    if outcome.resumed_target:
-        return f"continued an unfinished run to its {outcome.target} trials"
-    return None
-
-
-def _summary(study: optuna.Study, outcome: LoopOutcome) -> StudySummary:
-    trials = study.get_trials(deepcopy=False)
-    states: dict[str, int] = {}
-    for t in trials:
-        states[t.state.name] = states.get(t.state.name, 0) + 1
-    feasible = [t for t in trials if is_sampled(t) and is_feasible(t)]
-    best: FrozenTrial | None = max(feasible, key=lambda t: t.value or 0.0, default=None)
-    done = counted(trials)
-    return StudySummary(
-        study_name=study.study_name,
-        finished=done,
-        states=states,
-        best_number=best.number if best else None,
-        best_value=best.value if best else None,
-        # What the server ran: a Mamba clamp shows as the max_num_seqs it served with.
-        best_params=ran_params(dict(best.params), best.user_attrs) if best else {},
-        recovered=outcome.recovered,
-        target=outcome.target,
-        note=_note(outcome, done),
-    )
