@@ -67,7 +67,6 @@ from tuner.study.search.loop_settings import RequestFactory
 from tuner.study.search.options import OptimizeOptions, loop_settings
 from tuner.study.search.ray_session import check_ray_address, start_ray, stop_ray
 from tuner.study.search.resume import heartbeat_storage
-from tuner.study.search.roles import enqueue_run
 from tuner.study.search.sizing_backend import SizingBackend
 from tuner.study.search.summary import StudySummary, summarize
 from tuner.study.space import Preset
@@ -76,12 +75,10 @@ from tuner.study.trial.request import ThroughputPlan, TrialRequest
 __all__ = [
     "StudyInterrupted",
     "apply_overrides",
-    "enqueue_run",
     "open_study",
     "optimize",
     "request_factory",
     "run_waiting",
-    "same_scores",
 ]
 
 
