@@ -19,7 +19,7 @@ import contextlib
 import fcntl
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -93,10 +93,8 @@ def fresh_start(
     number: int,
     lock: str | Path | None,
     throughput: ThroughputPlan | None = None,
-    wanted: Callable[[], bool] | None = None,
-) -> FreshRun | None:
-    """Evaluate `params` once on a fresh server under `lock`; None when `wanted` (asked once
-    the lock is held, so a run another process recorded meanwhile is not run twice) says no."""
+) -> FreshRun:
+    """Evaluate `params` once on a fresh server under `lock`."""
     from tuner.study.trial.evaluate import evaluate
 
     progress: list[list[float]] = []
@@ -107,8 +105,6 @@ def fresh_start(
     waited = time.monotonic()
     with locked(lock):
         waited = time.monotonic() - waited
-        if wanted is not None and not wanted():
-            return None
         before = os.getloadavg()[0]
         request = request_for(
             preset, params, model_path=model_path, cache_dir=cache_dir, study=study,
@@ -145,6 +141,4 @@ def fresh_rounds(
     """Each (round, config) of `order` on a fresh server, in order (`run`: `fresh_start`'s
     model_path, cache_dir, study and lock); the caller stops at the first failed run."""
     for number, (rnd, name) in enumerate(order):
-        done = fresh_start(preset, configs[name], number=number, **run)
-        assert done is not None  # nothing to skip without `wanted`
-        yield rnd, name, done
+        yield rnd, name, fresh_start(preset, configs[name], number=number, **run)

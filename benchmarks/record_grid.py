@@ -59,8 +59,6 @@ skipped, so a killed recorder resumes. Re-record with:
 from __future__ import annotations
 
 import argparse
-import fcntl
-import functools
 import json
 import os
 import platform
@@ -81,7 +79,6 @@ from tuner.study.trial.request import ThroughputPlan, TrialResult
 DATA = Path(__file__).resolve().parent / "data" / "grid-smollm2-135m-cpu.json"
 LARGE_DATA = DATA.with_name("grid-smollm2-135m-cpu-large.json")
 LOCK = Path("/tmp/tuner-heavy.lock")
-DATA_LOCK = Path("/tmp/tuner-grid-data.lock")
 COMMAND = "nohup .venv/bin/python -m benchmarks.record_grid > /tmp/record_grid.log 2>&1 &"
 LARGE_COMMAND = (
     "nohup .venv/bin/python -m benchmarks.record_grid --space large > /tmp/grid_large.log 2>&1 &"
@@ -96,25 +93,25 @@ TRIMMED_SPACE: dict[str, Any] = {
     "kv_cache_memory_bytes": [300_000_000, 2_000_000_000],
     "max_num_seqs": [8],
 }
+
+
+def _ngram(depth: int, lookup_min: int, kv: int, seqs: int) -> dict[str, Any]:
+    return {
+        "method": "ngram",
+        "num_speculative_tokens": depth,
+        "prompt_lookup_min": lookup_min,
+        "prompt_lookup_max": 3,
+        "kv_cache_memory_bytes": kv,
+        "max_num_seqs": seqs,
+    }
+
+
+BASELINE = {"method": "none", "kv_cache_memory_bytes": 2_000_000_000, "max_num_seqs": 8}
 # Noise: the baseline, a shallow n-gram config, a deep one with the small cache.
 NOISE_CONFIGS: tuple[dict[str, Any], ...] = (
-    {"method": "none", "kv_cache_memory_bytes": 2_000_000_000, "max_num_seqs": 8},
-    {
-        "method": "ngram",
-        "num_speculative_tokens": 2,
-        "prompt_lookup_min": 2,
-        "prompt_lookup_max": 3,
-        "kv_cache_memory_bytes": 2_000_000_000,
-        "max_num_seqs": 8,
-    },
-    {
-        "method": "ngram",
-        "num_speculative_tokens": 4,
-        "prompt_lookup_min": 2,
-        "prompt_lookup_max": 3,
-        "kv_cache_memory_bytes": 300_000_000,
-        "max_num_seqs": 8,
-    },
+    BASELINE,
+    _ngram(2, 2, 2_000_000_000, 8),
+    _ngram(4, 2, 300_000_000, 8),
 )
 
 
@@ -129,21 +126,10 @@ LARGE_SPACE: dict[str, Any] = {
 }
 
 
-def _ngram(depth: int, lookup_min: int, kv: int, seqs: int) -> dict[str, Any]:
-    return {
-        "method": "ngram",
-        "num_speculative_tokens": depth,
-        "prompt_lookup_min": lookup_min,
-        "prompt_lookup_max": 3,
-        "kv_cache_memory_bytes": kv,
-        "max_num_seqs": seqs,
-    }
-
-
 # Noise of the large grid: the baseline, the 10-config grid's best region, a shallow aggressive
 # one, and one at max_num_seqs 2 (three runs each).
 LARGE_NOISE_CONFIGS: tuple[dict[str, Any], ...] = (
-    {"method": "none", "kv_cache_memory_bytes": 2_000_000_000, "max_num_seqs": 8},
+    BASELINE,
     _ngram(4, 2, 300_000_000, 8),
     _ngram(1, 1, 2_000_000_000, 8),
     _ngram(3, 2, 2_000_000_000, 2),
@@ -172,11 +158,6 @@ PLANS = {
     "trimmed": GridPlan("trimmed", TRIMMED_SPACE, NOISE_CONFIGS, DATA, COMMAND),
     "large": GridPlan("large", LARGE_SPACE, LARGE_NOISE_CONFIGS, LARGE_DATA, LARGE_COMMAND),
 }
-
-
-def trimmed_preset() -> Preset:
-    """The shipped CPU preset with the recorded (trimmed) space."""
-    return PLANS["trimmed"].preset()
 
 
 # Loop settings: how a study searches, not what one run measures (a recording stays valid when
@@ -336,23 +317,14 @@ def _done(data: dict[str, Any]) -> set[tuple[str, int]]:
     return {(k, rep) for k, n in counts.items() for rep in range(n)}
 
 
-def _runs_of(data: dict[str, Any], key: str) -> int:
-    """How many runs of the config `key` the data file holds."""
-    return sum(1 for r in data["runs"] if config_key(r["params"]) == key)
-
-
-def _append(path: Path, entries: list[dict[str, Any]]) -> None:
-    """Add runs to the file under its own lock: two recorders may write it."""
-    with DATA_LOCK.open("a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        data = _load(path)
-        assert data is not None
-        for entry in entries:
-            # `rep` is the run's index among its config's runs, whoever recorded the others.
-            key = config_key(entry["params"])
-            entry["rep"] = sum(1 for r in data["runs"] if config_key(r["params"]) == key)
-            data["runs"].append(entry)
-        _save(path, data)
+def _append(path: Path, entry: dict[str, Any]) -> None:
+    """Add a run to the file; its `rep` is its index among its config's runs there."""
+    data = _load(path)
+    assert data is not None
+    key = config_key(entry["params"])
+    entry["rep"] = sum(1 for r in data["runs"] if config_key(r["params"]) == key)
+    data["runs"].append(entry)
+    _save(path, data)
 
 
 def main() -> int:
@@ -438,9 +410,7 @@ def _record(path: Path, preset: Preset, grid_plan: GridPlan, limit: int | None) 
     cache = get_settings().cache_path()
     model_path = str(prepare(preset.model.prepare or "smollm2-135m", cache))
     done = _done(_load(path) or {"runs": []})
-    full_plan = plan(preset, grid_plan.noise)
-    planned = {k: sum(1 for key, _ in full_plan if key == k) for k, _ in full_plan}
-    todo = [run for run in full_plan if run not in done]
+    todo = [run for run in plan(preset, grid_plan.noise) if run not in done]
     if limit is not None:
         todo = todo[:limit]
     print(f"{len(todo)} runs to go", flush=True)
@@ -450,22 +420,11 @@ def _record(path: Path, preset: Preset, grid_plan: GridPlan, limit: int | None) 
         output_tokens=preset.throughput_output_tokens,
     )
     redone: set[tuple[str, int]] = set()
-
-    def wanted(key: str) -> bool:
-        return _runs_of(_load(path) or {"runs": []}, key) < planned[key]
-
     for i, (key, rep) in enumerate(todo):
-        # Skip only when the config already has every run the plan asks of it (another recorder
-        # may have added one while this waited for the lock). A per-repeat check skipped a needed
-        # run when a later repeat happened to be recorded first: the plan's repeats are counts,
-        # not labels.
         run = fresh_start(
             preset, json.loads(key), model_path=model_path, cache_dir=cache, study="grid",
             number=i, lock=LOCK, throughput=plan_,
-            wanted=functools.partial(wanted, key),
         )  # fmt: skip
-        if run is None:
-            continue
         result = run.result
         if cold := cold_start(result, _load(path) or {"runs": []}):
             # Not this config's cost: run it again at the end (once; a resume tries again).
@@ -484,7 +443,7 @@ def _record(path: Path, preset: Preset, grid_plan: GridPlan, limit: int | None) 
         # otherwise idle box (vLLM itself keeps the load near 2 on 2 cores).
         entry["load_1min"], entry["recorded_at"] = list(run.load_1min), run.recorded_at
         entry["cpu"] = here
-        _append(path, [entry])
+        _append(path, entry)
         print(
             f"[{i + 1}/{len(todo)}] {entry['recorded_at']} {key} rep {rep}: "
             f"{entry.get('tasks_per_hour')} tasks/h, wall {entry['wall_s']} s, "

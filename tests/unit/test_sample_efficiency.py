@@ -33,7 +33,7 @@ def _complete_table() -> GridTable:
     Only while the grid is incomplete; the tests below check mechanics, not which config wins.
     """
     data = copy.deepcopy(RECORDED)
-    preset = record_grid.trimmed_preset()
+    preset = record_grid.PLANS["trimmed"].preset()
     have = {config_key(r["params"]) for r in data["runs"]}
     for i, params in enumerate(record_grid.grid(preset)):
         if config_key(params) not in have:
@@ -44,7 +44,7 @@ def _complete_table() -> GridTable:
 
 
 def test_the_recorded_grid_is_the_space_the_sampler_draws_from() -> None:
-    preset = record_grid.trimmed_preset()
+    preset = record_grid.PLANS["trimmed"].preset()
     ours = {config_key(p) for p in record_grid.grid(preset)}
     space = enumerate_space(preset)
     assert space is not None
