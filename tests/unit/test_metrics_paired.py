@@ -1,8 +1,8 @@
 """Paired comparisons (the round is the unit), Holm, McNemar, and the greedy-output check.
 
-Task times are drawn from the recorded CPU runs (`benchmarks/decision_sim.py`'s
-`simulated_run`: the recorded per-task durations and their within-run and run-to-run noise), not
-constants, so an interval that collapses to a point would show.
+Task times are drawn from the recorded CPU runs (`simulated_run`: `benchmarks/decision_sim.py`'s
+recorded per-task durations and their within-run and run-to-run noise at x1), not constants, so
+an interval that collapses to a point would show.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import random
 import pytest
 from scipy import stats
 
-from benchmarks.decision_sim import load_recorded, simulated_run
+from benchmarks.decision_sim import Recorded, draw_run, level, load_recorded
 from tuner.metrics import (
     DEFAULT_NOISE,
     BetweenRunNoise,
@@ -28,6 +28,11 @@ from tuner.metrics import (
     two_proportion_drop,
 )
 from tuner.metrics.noise import combine_noise, noise_for_study
+
+
+def simulated_run(rec: Recorded, rng: random.Random, speed: float = 1.0) -> RunOutcomes:
+    """A fresh start at the quiet machine's noise: realistic, noisy task times."""
+    return draw_run(rec, level(1.0), rng, speed)
 
 
 def _rounds(speed: float, n: int, seed: int) -> tuple[list[RunOutcomes], list[RunOutcomes]]:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.decision_sim import load_recorded
+from benchmarks._grid_replay import DATA, GridTable
 from tuner.metrics import RunOutcomes
 from tuner.results import choose_export, load_results, render_export
 from tuner.results.decision import judge_study
@@ -30,8 +30,8 @@ def _url(tmp: Path, name: str, **kw: object) -> str:
 def _noisy(base: RunOutcomes, speed: float, seed: int) -> RunOutcomes:
     """The baseline's tasks, each with a recorded-noise factor, `speed` times as fast."""
     rng = random.Random(seed)
-    rec = load_recorded()
-    factors = [math.exp(rng.choice(rec.residuals)) for _ in base.outcomes]
+    residuals = GridTable.load(DATA).noise.residuals  # the small grid's within-run residuals
+    factors = [math.exp(rng.choice(residuals)) for _ in base.outcomes]
     outcomes = tuple(
         (tid, ok, secs * f / speed)
         for (tid, ok, secs), f in zip(base.outcomes, factors, strict=True)
