@@ -82,7 +82,7 @@ class Session:
 
     name: str
     machine: str
-    max_load_per_core: float | None
+    max_load_per_core: float | None  # rounded to 2 digits
     starts: list[Start] = field(default_factory=list)
 
 
@@ -106,7 +106,7 @@ def _grid_session(path: Path) -> Session:
     times = [datetime.fromisoformat(r["recorded_at"].replace("Z", "+00:00")) for r in runs]
     loads = [max(r["load_1min"]) for r in runs if r.get("load_1min")]
     cores = (data.get("cpu") or {}).get("cores", 2)
-    session = Session(path.name, machine, max(loads) / cores if loads else None)
+    session = Session(path.name, machine, round(max(loads) / cores, 2) if loads else None)
     for i, (r, when) in enumerate(zip(runs, times, strict=True)):
         tasks = {k: math.log(t[2]) for k, t in enumerate(r.get("tasks") or []) if t[2] > 0}
         session.starts.append(
@@ -129,7 +129,8 @@ def _repeatability_sessions(path: Path) -> list[Session]:
         machine = _machine(rec.get("machine"), "unrecorded (vm 2 cores)")
         cores = (rec.get("machine") or {}).get("cores", 2)
         loads = rec.get("load_average_at_start") or []
-        session = Session(f"{path.name}[{n}]", machine, max(loads) / cores if loads else None, [])
+        load = round(max(loads) / cores, 2) if loads else None
+        session = Session(f"{path.name}[{n}]", machine, load, [])
         names = sorted(rec["tasks_per_hour"])
         rounds = len(rec["tasks_per_hour"][names[0]])
         hours, index = 0.0, 0
@@ -164,34 +165,33 @@ def load_sessions(data_dir: Path = DATA) -> list[Session]:
     return sessions
 
 
+def _rounded(values: Any, digits: int = 4) -> list[float]:
+    return [round(v, digits) for v in values]
+
+
 def _sd_interval(ss: float, df: int) -> list[float]:
+    """The chi-square interval of an sd from its sum of squares and degrees of freedom."""
     a = (1 - CONFIDENCE) / 2
-    return [
-        math.sqrt(ss / stats.chi2.ppf(1 - a, df)),
-        math.sqrt(ss / stats.chi2.ppf(a, df)),
-    ]
+    return _rounded(math.sqrt(ss / stats.chi2.ppf(q, df)) for q in (1 - a, a))
 
 
 def _slope_fit(groups: list[list[Start]], key: str) -> dict[str, Any]:
-    """Within-config regression of log tasks/h on `key` (hours or index)."""
+    """Within-config regression of log tasks/h on `key` (hours or index); the residuals are
+    per group."""
     sxx = sxy = 0.0
-    n = len(groups)
-    count = sum(len(g) for g in groups)
+    centred = []
     for g in groups:
         xs = [float(getattr(s, key)) for s in g]
         ys = [s.log_tph for s in g]
         mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-        sxx += sum((x - mx) ** 2 for x in xs)
-        sxy += sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True))
+        d = [(x - mx, y - my) for x, y in zip(xs, ys, strict=True)]
+        sxx += sum(dx**2 for dx, _ in d)
+        sxy += sum(dx * dy for dx, dy in d)
+        centred.append(d)
     slope = sxy / sxx if sxx > 0 else 0.0
-    resid: list[float] = []
-    for g in groups:
-        xs = [float(getattr(s, key)) for s in g]
-        ys = [s.log_tph for s in g]
-        mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-        resid += [(y - my) - slope * (x - mx) for x, y in zip(xs, ys, strict=True)]
-    df = count - n - (1 if sxx > 0 else 0)
-    ss = sum(r * r for r in resid)
+    resid = [[dy - slope * dx for dx, dy in d] for d in centred]
+    df = sum(len(g) for g in groups) - len(groups) - (1 if sxx > 0 else 0)
+    ss = sum(r * r for g in resid for r in g)
     out: dict[str, Any] = {"slope": slope, "df": df, "ss": ss, "residuals": resid}
     if sxx > 0 and df > 0:
         se = math.sqrt(ss / df / sxx)
@@ -271,7 +271,7 @@ def fit(sessions: list[Session]) -> dict[str, Any]:
         sd = math.sqrt(use["ss"] / use["df"]) if use["df"] > 0 else None
         if sd and use["df"] > 0:
             # Standardized residuals; within-config residuals shrink by (n-1)/n on average.
-            for g, r in zip(groups, _split(use["residuals"], groups), strict=True):
+            for g, r in zip(groups, use["residuals"], strict=True):
                 corr = math.sqrt(len(g) / (len(g) - 1))
                 z_all += [x * corr / sd for x in r]
         for g in groups:
@@ -284,9 +284,7 @@ def fit(sessions: list[Session]) -> dict[str, Any]:
             {
                 "session": s.name,
                 "machine": s.machine,
-                "max_load_per_core": round(s.max_load_per_core, 2)
-                if s.max_load_per_core is not None
-                else None,
+                "max_load_per_core": s.max_load_per_core,
                 "repeated_configs": len(groups),
                 "starts": sum(len(g) for g in groups),
                 "hours_spanned": round(max(x.hours for x in s.starts), 2),
@@ -296,9 +294,7 @@ def fit(sessions: list[Session]) -> dict[str, Any]:
                 "drift_per_run": _round_fit(index),
                 "between_start_sd": round(sd, 4) if sd else None,
                 "between_start_sd_df": use["df"],
-                "between_start_sd_interval": [
-                    round(v, 4) for v in _sd_interval(use["ss"], use["df"])
-                ]
+                "between_start_sd_interval": _sd_interval(use["ss"], use["df"])
                 if use["df"] > 0
                 else None,
                 "_ss": use["ss"],
@@ -312,17 +308,13 @@ def fit(sessions: list[Session]) -> dict[str, Any]:
     for x in out_sessions:
         per_machine.setdefault(x["machine"], []).append(x)
 
-    def _pooled_sd(xs: list[dict[str, Any]]) -> float:
-        return math.sqrt(sum(x["_ss"] for x in xs) / sum(x["between_start_sd_df"] for x in xs))
-
-    quiet = min(per_machine.values(), key=_pooled_sd)
-    ref_ss = sum(x["_ss"] for x in quiet)
-    ref_df = sum(x["between_start_sd_df"] for x in quiet)
+    pooled = {k: _pooled(v) for k, v in per_machine.items()}  # machine: (ss, df)
+    quiet = per_machine[min(pooled, key=lambda k: math.sqrt(pooled[k][0] / pooled[k][1]))]
+    ref_ss, ref_df = _pooled(quiet)
     ref = math.sqrt(ref_ss / ref_df)
     for x in out_sessions:
         x["level"] = round(x["between_start_sd"] / ref, 2) if x["between_start_sd"] else None
-    all_ss = sum(x["_ss"] for x in out_sessions)
-    all_df = sum(x["between_start_sd_df"] for x in out_sessions)
+    all_ss, all_df = _pooled(out_sessions)
     task_ss = sum(x["task_sd"] ** 2 * x["task_sd_df"] for x in out_sessions if x["task_sd"])
     task_df = sum(x["task_sd_df"] for x in out_sessions)
     quiet_task_ss = sum(x["task_sd"] ** 2 * x["task_sd_df"] for x in quiet if x["task_sd"])
@@ -334,11 +326,6 @@ def fit(sessions: list[Session]) -> dict[str, Any]:
     rel = [x["drift_per_hour"]["slope"] / x["between_start_sd"] for x in drifting]
     # A session's slope is measured better the longer it ran: weigh by hours spanned.
     weights = [x["hours_spanned"] for x in drifting]
-    machines: dict[str, dict[str, float]] = {}
-    for x in out_sessions:
-        m = machines.setdefault(x["machine"], {"ss": 0.0, "df": 0})
-        m["ss"] += x["_ss"]
-        m["df"] += x["between_start_sd_df"]
     gaps = np.array(first_gaps)
     gap_t = stats.t.ppf(1 - (1 - CONFIDENCE) / 2, len(gaps) - 1)
     gap_se = float(gaps.std(ddof=1) / math.sqrt(len(gaps)))
@@ -364,7 +351,7 @@ def fit(sessions: list[Session]) -> dict[str, Any]:
             "sessions": [x["session"] for x in quiet],
             "between_start_sd": round(ref, 4),
             "df": ref_df,
-            "interval": [round(v, 4) for v in _sd_interval(ref_ss, ref_df)],
+            "interval": _sd_interval(ref_ss, ref_df),
             "task_sd": round(math.sqrt(quiet_task_ss / quiet_task_df), 4)
             if quiet_task_df
             else None,
@@ -373,10 +360,10 @@ def fit(sessions: list[Session]) -> dict[str, Any]:
         "pooled": {
             "between_start_sd": round(math.sqrt(all_ss / all_df), 4),
             "df": all_df,
-            "interval": [round(v, 4) for v in _sd_interval(all_ss, all_df)],
+            "interval": _sd_interval(all_ss, all_df),
             "task_sd": round(math.sqrt(task_ss / task_df), 4),
             "task_sd_df": task_df,
-            "drift_sds_per_hour": [round(r, 3) for r in rel],
+            "drift_sds_per_hour": _rounded(rel, 3),
             "drift_sds_per_hour_rms": round(
                 math.sqrt(sum(w * r * r for w, r in zip(weights, rel, strict=True)) / sum(weights)),
                 3,
@@ -388,36 +375,30 @@ def fit(sessions: list[Session]) -> dict[str, Any]:
             "what": "log tasks/h of a config's first start less the mean of its later starts, "
             "after the session's drift",
             "mean": round(float(gaps.mean()), 4),
-            "interval": [
-                round(float(gaps.mean()) - gap_t * gap_se, 4),
-                round(float(gaps.mean()) + gap_t * gap_se, 4),
-            ],
+            "interval": _rounded((gaps.mean() - gap_t * gap_se, gaps.mean() + gap_t * gap_se)),
             "configs": len(gaps),
         },
         "machines": {
             k: {
-                "between_start_sd": round(math.sqrt(v["ss"] / v["df"]), 4),
-                "df": int(v["df"]),
-                "interval": [round(x, 4) for x in _sd_interval(v["ss"], int(v["df"]))],
+                "between_start_sd": round(math.sqrt(ss / df), 4),
+                "df": df,
+                "interval": _sd_interval(ss, df),
             }
-            for k, v in machines.items()
+            for k, (ss, df) in pooled.items()
         },
         "sessions": out_sessions,
     }
 
 
-def _split(values: list[float], groups: list[list[Start]]) -> list[list[float]]:
-    out, i = [], 0
-    for g in groups:
-        out.append(values[i : i + len(g)])
-        i += len(g)
-    return out
+def _pooled(sessions: list[dict[str, Any]]) -> tuple[float, int]:
+    """The between-start sum of squares and degrees of freedom of `sessions` together."""
+    return sum(x["_ss"] for x in sessions), sum(x["between_start_sd_df"] for x in sessions)
 
 
 def _round_fit(f: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"slope": round(f["slope"], 4)}
     if "interval" in f:
-        out["interval"] = [round(v, 4) for v in f["interval"]]
+        out["interval"] = _rounded(f["interval"])
     return out
 
 
