@@ -133,10 +133,7 @@ def interleaved(
 
 
 def fresh_rounds(
-    preset: Preset,
-    configs: dict[str, dict[str, Any]],
-    order: list[tuple[int, str]],
-    **run: Any,
+    preset: Preset, configs: dict[str, dict[str, Any]], order: list[tuple[int, str]], **run: Any
 ) -> Iterator[tuple[int, str, FreshRun]]:
     """Each (round, config) of `order` on a fresh server, in order (`run`: `fresh_start`'s
     model_path, cache_dir, study and lock); the caller stops at the first failed run."""

@@ -21,8 +21,8 @@ module turns that table into trials a study can run again, with noise, in micros
   benchmark and the trial's remaining overhead. A pruned trial stops asking for tasks a second
   after the pruner's decision (the worker polls every second); tasks already running finish;
   it costs what it ran, without the plain benchmark. A failed start costs its recorded seconds.
-- **Screening** (`SCREEN_RULES`, the shipped rule): the loop's own
-  `ScreenRule` stops a candidate at a rung through the same stop request, so a screened-out
+- **Screening** (the shipped `ScreenRule()`, `_se_searches`): the loop's own `ScreenRule`
+  stops a candidate at a rung through the same stop request, so a screened-out
   trial costs its startup, warm-up and the prefix it played. The prefix is the suite's first
   tasks for every config (the replay plays the suite in order), so rungs compare paired runs.
 """
@@ -37,7 +37,6 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
-from tuner.study.search.pruning import ScreenRule
 from tuner.study.search.sampling import enumerate_space
 from tuner.study.space import Preset, config_key
 from tuner.workload import build_task_set
@@ -46,11 +45,6 @@ DATA = Path(__file__).resolve().parent / "data" / "grid-smollm2-135m-cpu.json"
 LARGE_DATA = DATA.with_name("grid-smollm2-135m-cpu-large.json")
 STOP_LATENCY_S = 1.0  # the worker's stop poller asks the hub once a second
 
-# The screening rule replayed; "shipped" is `ScreenRule()`'s defaults, what `tuner optimize
-# --screening` uses. The other rules once compared are in this file and in
-# benchmarks/screening_rules.py at 95daa70 (benchmarks/data/screening-rules-*.md).
-SCREEN_RULES: dict[str, ScreenRule] = {"shipped": ScreenRule()}
-
 
 @dataclass(frozen=True)
 class ConfigRecord:
@@ -58,7 +52,6 @@ class ConfigRecord:
 
     key: str
     params: dict[str, Any]
-    runs: int
     failure_kind: str | None
     infeasible: bool
     fixed_s: float  # startup + warm-up + overhead (everything but the scored window and bench)
@@ -68,7 +61,6 @@ class ConfigRecord:
     log_mean: tuple[float, ...]  # per scored task: mean log duration over runs
     successes: tuple[tuple[int, ...], ...]  # per run, per task
     tasks_per_hour: float  # mean over runs (the "true" value of the config)
-    kv_cache_tokens: int | None
 
     @property
     def ok(self) -> bool:
@@ -191,9 +183,9 @@ class GridTable:
         first = runs[0]
         if not ok:
             return ConfigRecord(
-                key, first["params"], len(runs), first["failure_kind"] or "no_tasks",
-                bool(first["infeasible"]), 0.0, 0.0, 0.0, fmean(r["wall_s"] for r in runs), (),
-                (), 0.0, first["kv_cache_tokens"],
+                key, first["params"], first["failure_kind"] or "no_tasks",
+                bool(first["infeasible"]), 0.0, 0.0, 0.0, fmean(r["wall_s"] for r in runs),
+                (), (), 0.0,
             )  # fmt: skip
         n = len(ok[0]["tasks"])
         log_mean = tuple(fmean(math.log(max(r["tasks"][i][2], 1e-3)) for r in ok) for i in range(n))
@@ -201,7 +193,6 @@ class GridTable:
         return ConfigRecord(
             key=key,
             params=first["params"],
-            runs=len(ok),
             failure_kind=None,
             infeasible=False,
             fixed_s=fixed,
@@ -211,7 +202,6 @@ class GridTable:
             log_mean=log_mean,
             successes=tuple(tuple(t[0] for t in r["tasks"]) for r in ok),
             tasks_per_hour=fmean(r["tasks_per_hour"] for r in ok),
-            kv_cache_tokens=ok[0]["kv_cache_tokens"],
         )
 
     @staticmethod

@@ -2,7 +2,7 @@
 clock.
 
 The study loop submits trials as it would to Ray workers; each gets a noisy replayed run of its
-config (`_replay.GridTable.replay`). `wait()` jumps the clock to the next event — a scored task
+config (`_grid_replay.GridTable.replay`). `wait()` jumps the clock to the next event — a scored task
 finishing, or a trial coming back — so the loop's pruner sees every task as it would live, and a
 stop request ends the trial the way a worker does: tasks already running finish, no new one
 starts, no plain benchmark. Results are real `TrialResult`s scored by tuner's own `score_tasks`,
@@ -44,12 +44,8 @@ class _Live:
 
 
 class GridReplayBackend:
-    """`tuner.study.trial.backend.TrialBackend` over the recorded grid, on a simulated clock.
-
-    `wait()` jumps the clock to the next event (a scored task finishing, or a trial coming
-    back), so the loop's pruner sees every task as it would live. `spans` keeps, per trial,
-    (start, end) on the clock: the GPU-seconds a study spent by any moment follow from it.
-    """
+    """The backend (the module docstring says how it answers). `spans` keeps, per trial,
+    (start, end) on the clock: the GPU-seconds a study spent by any moment follow from it."""
 
     def __init__(
         self, table: GridTable, slots: int, rng: random.Random, drift_per_h: float = 0.0
@@ -133,11 +129,6 @@ class GridReplayBackend:
         if run.sim is not None:
             self.sims[number] = run.sim
         return Finished(run.slot, number, _result(run, self.table))
-
-    def spent(self, at: float) -> float:
-        """Slot-seconds used by `at` (finished trials; running ones until `at`)."""
-        total = sum(max(0.0, min(e, at) - s) for s, e in self.spans.values())
-        return total + sum(max(0.0, at - r.start) for r in self.live.values())
 
 
 def _result(run: _Live, table: GridTable) -> TrialResult:

@@ -10,8 +10,7 @@ from dataclasses import dataclass
 
 import optuna
 
-from benchmarks._grid_replay import SCREEN_RULES
-from tuner.study.search.pruning import PruneRule
+from tuner.study.search.pruning import PruneRule, ScreenRule
 from tuner.study.search.sampling import SamplerFactory, make_sampler
 from tuner.study.space import load_preset
 from tuner.study.stages.confirm_plan import ConfirmPlan
@@ -36,7 +35,7 @@ def _default_search() -> Search:
     its confirmation stage (`ConfirmPlan.for_preset`), named after them."""
     preset = load_preset(model="smollm2-135m", gpu="cpu")
     plan = ConfirmPlan.for_preset(preset)
-    prune = PruneRule(screening=SCREEN_RULES["shipped"]) if preset.screening else PruneRule()
+    prune = PruneRule(screening=ScreenRule()) if preset.screening else PruneRule()
     words = ("screening, " if preset.screening else "") + f"confirm {plan.k},{plan.rounds}"
     return Search(f"tuner optimize ({words})", make_sampler, prune, confirm=(plan.k, plan.rounds))
 

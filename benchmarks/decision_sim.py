@@ -181,11 +181,7 @@ def level(x: float) -> Level:
 
 
 def draw_run(
-    rec: Recorded,
-    lvl: Level,
-    rng: random.Random,
-    speed: float,
-    drift: float = 0.0,
+    rec: Recorded, lvl: Level, rng: random.Random, speed: float, drift: float = 0.0
 ) -> RunOutcomes:
     """One fresh start of a config `speed` times as fast as the baseline; `drift`: the
     machine's drift of log tasks/h at this start (slope x run index)."""
@@ -736,10 +732,7 @@ def _power_section(power: dict[str, Any] | None) -> list[str]:
 
 
 def _markdown(
-    table: list[str],
-    data: dict[str, Any],
-    stressed: list[str],
-    power: dict[str, Any] | None = None,
+    table: list[str], data: dict[str, Any], stressed: list[str], power: dict[str, Any] | None = None
 ) -> str:
     x1 = data["x1"]
     plan = data["default_plan"]

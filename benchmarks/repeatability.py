@@ -242,10 +242,7 @@ def render(records: list[dict[str, Any]], source: str) -> str:
     row("vLLM", machine("vllm"))
     row("load average before (1, 5, 15 min)", machine("load_average", _fmt_list))
     row("load average after", machine("load_average_after", _fmt_list))
-    row(
-        "1-min load at each run's start",
-        lambda r: _fmt(r.get("load_average_at_start"), ".2f"),
-    )
+    row("1-min load at each run's start", lambda r: _fmt(r.get("load_average_at_start"), ".2f"))
     row("workload", lambda r: ", ".join(f"{k} {v}" for k, v in r["workload"].items()))
     row("A (baseline) tasks/h per round", lambda r: _fmt(r["tasks_per_hour"]["A"], ",.0f"))
     row("B (n-gram) tasks/h per round", lambda r: _fmt(r["tasks_per_hour"]["B"], ",.0f"))
