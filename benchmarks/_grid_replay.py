@@ -21,7 +21,7 @@ module turns that table into trials a study can run again, with noise, in micros
   benchmark and the trial's remaining overhead. A pruned trial stops asking for tasks a second
   after the pruner's decision (the worker polls every second); tasks already running finish;
   it costs what it ran, without the plain benchmark. A failed start costs its recorded seconds.
-- **Screening** (the shipped `ScreenRule()`, `_se_searches`): the loop's own `ScreenRule`
+- **Screening** (the shipped `ScreenRule()`, `_se_replay.DEFAULT`): the loop's own `ScreenRule`
   stops a candidate at a rung through the same stop request, so a screened-out
   trial costs its startup, warm-up and the prefix it played. The prefix is the suite's first
   tasks for every config (the replay plays the suite in order), so rungs compare paired runs.

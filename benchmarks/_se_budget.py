@@ -39,6 +39,9 @@ import optuna
 
 from benchmarks._grid_replay import GridTable
 from benchmarks._se_replay import (
+    DEFAULT,
+    RANDOM_DEFAULT,
+    Search,
     _exported,
     _memoized_paired_ratio,
     _request_factory,
@@ -46,7 +49,6 @@ from benchmarks._se_replay import (
     study_results,
     world_table,
 )
-from benchmarks._se_searches import DEFAULT, RANDOM_DEFAULT, Search
 from tuner.defaults import CONFIRM_ROUNDS
 from tuner.metrics import DEFAULT_NOISE
 from tuner.results.export import confirmation_look
@@ -58,10 +60,6 @@ from tuner.study.stages.confirm_looks import _first_rounds, run_looks
 from tuner.study.stages.confirm_plan import ConfirmPlan
 from tuner.study.stages.confirm_rounds import queue_rounds
 
-TOTALS = (0.10, 0.25, 0.50)
-SPLITS = (0.3, 0.4, 0.5, 0.6, 0.7)  # share of the total the search gets
-KS = (1, 2)  # finalists confirmed
-NOISES = (0.05, 0.10, 0.12)
 SEARCHES = (DEFAULT, RANDOM_DEFAULT)
 NEAR = 0.05  # hit: an export within 5% of the best config's tasks/h
 BOOT = 2000  # bootstrap resamples of the seeds

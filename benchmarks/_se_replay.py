@@ -1,16 +1,19 @@
-"""The replay half of `sample_efficiency.py`: one seeded search (`_se_searches`) and its export.
+"""The replay half of `sample_efficiency.py`: one seeded search and its export.
 
-A search runs tuner's own loop (`tuner.study.search.loop.StudyLoop`) on the simulated-clock
-backend over the recorded grid (`_grid_replay_backend.GridReplayBackend`) until its budget is
-spent (`_search`); its answer is what `tuner export` would pick
-(`tuner.results.export.choose_export`, `_exported`). `world_table` moves the grid to one
-posterior draw of the truth (`grid_truth.py`); `_se_budget` runs the stage after the search.
+The searches compared (`Search`): `tuner optimize` as shipped, with the preset's screening and
+confirmation (`DEFAULT`), and random search with the same screening and confirmation
+(`RANDOM_DEFAULT`). A search runs tuner's own loop (`tuner.study.search.loop.StudyLoop`) on the
+simulated-clock backend over the recorded grid (`_grid_replay_backend.GridReplayBackend`) until its
+budget is spent (`_search`); its answer is what `tuner export` would pick
+(`tuner.results.export.choose_export`, `_exported`). `world_table` moves the grid to one posterior
+draw of the truth (`grid_truth.py`); `_se_budget` runs the stage after the search.
 """
 
 from __future__ import annotations
 
 import functools
 import random
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +21,6 @@ import optuna
 
 from benchmarks._grid_replay import GridTable
 from benchmarks._grid_replay_backend import GridReplayBackend
-from benchmarks._se_searches import Search
 from tuner.attrs import TrialAttr
 from tuner.errors import StudyError
 from tuner.results import decision
@@ -27,7 +29,40 @@ from tuner.results.rows import StudyResults, TrialRow
 from tuner.study.search.driver import request_factory
 from tuner.study.search.loop import StudyLoop
 from tuner.study.search.loop_settings import LoopSettings
-from tuner.study.space import config_key
+from tuner.study.search.pruning import PruneRule, ScreenRule
+from tuner.study.search.sampling import SamplerFactory, make_sampler
+from tuner.study.space import config_key, load_preset
+from tuner.study.stages.confirm_plan import ConfirmPlan
+
+
+@dataclass(frozen=True)
+class Search:
+    """One way of searching: a sampler and a prune rule."""
+
+    name: str
+    sampler: SamplerFactory
+    prune: PruneRule
+
+
+def _random(seed: int | None, _n: int) -> optuna.samplers.BaseSampler:
+    return optuna.samplers.RandomSampler(seed=seed)
+
+
+def _default_search() -> Search:
+    """`tuner optimize --model smollm2-135m --gpu cpu` as shipped: the preset's screening and
+    its confirmation stage (`ConfirmPlan.for_preset`), named after them."""
+    preset = load_preset(model="smollm2-135m", gpu="cpu")
+    plan = ConfirmPlan.for_preset(preset)
+    prune = PruneRule(screening=ScreenRule()) if preset.screening else PruneRule()
+    words = ("screening, " if preset.screening else "") + f"confirm {plan.k},{plan.rounds}"
+    return Search(f"tuner optimize ({words})", make_sampler, prune)
+
+
+DEFAULT = _default_search()
+# The same screening and confirmation after random search: what the shipped study's search is
+# worth against random search's at the same export rule.
+_WORDS = DEFAULT.name.split("(")[1].rstrip(")").replace(", ", " + ")
+RANDOM_DEFAULT = Search(f"random + {_WORDS}", _random, DEFAULT.prune)
 
 
 def _row(trial: optuna.trial.FrozenTrial, sim_result: Any) -> TrialRow:
