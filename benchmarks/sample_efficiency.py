@@ -43,59 +43,33 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._grid_replay import DATA, LARGE_DATA, GridTable
-from benchmarks._se_write import (
-    BEGIN,
-    END,
-    _write,
-    grid_facts,
-    rel,
-    render_readme,
-    truth_facts,
-    write_readme,
-)
+from benchmarks._se_write import _write, grid_facts, rel, render_readme, truth_facts, write_readme
 from tuner.study.space import config_key
 
-__all__ = ["BEGIN", "END", "main", "render_readme", "write_readme"]
+TOTALS = "10,25,50"  # --total-budget's percents of the grid's cost
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, default=100)
-    parser.add_argument("--data", type=Path, default=LARGE_DATA if LARGE_DATA.is_file() else DATA)
-    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
-    parser.add_argument(
-        "--out", type=Path, help="the Markdown table (and .json); default: named after --data"
+    add = parser.add_argument
+    add("--seeds", type=int, default=100)
+    add("--data", type=Path, default=LARGE_DATA if LARGE_DATA.is_file() else DATA)
+    add("--jobs", type=int, default=os.cpu_count() or 1)
+    add("--out", type=Path, help="the Markdown table (and .json); default: named after --data")
+    add("--truth", type=Path, help="grid_truth.py's file; default: grid-truth-<grid>.json")
+    add("--readme", type=Path, help="rewrite this README's section")
+    totals = (
+        "the total costs, shares of the grid's (search + floor start + confirmation through the "
+        f"shipped stage), e.g. {TOTALS} (the default)"
     )
-    parser.add_argument(
-        "--truth", type=Path, help="grid_truth.py's file; default: grid-truth-<grid>.json"
-    )
-    parser.add_argument("--readme", type=Path, help="rewrite this README's section")
-    parser.add_argument(
-        "--total-budget",
-        nargs="?",
-        const="10,25,50",
-        default="10,25,50",
-        metavar="PERCENTS",
-        help="the total costs, shares of the grid's (search + floor start + confirmation "
-        "through the shipped stage), e.g. 10,25,50 (the default)",
-    )
-    parser.add_argument(
-        "--splits", default="0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9", help="search shares tried"
-    )
-    parser.add_argument("--ks", default="1,2", help="finalists tried")
-    parser.add_argument(
-        "--run-noise",
-        default="0.05,0.10,0.12",
-        help="between-start run sds replayed (the first chooses the split)",
-    )
-    parser.add_argument(
-        "--select-seeds", type=int, default=50, help="seeds (of their own) the split is chosen on"
-    )
-    parser.add_argument(
-        "--render",
-        action="store_true",
-        help="no replay: rewrite --readme from the JSON beside --out (what the last run wrote)",
-    )
+    add("--total-budget", nargs="?", const=TOTALS, default=TOTALS, metavar="PERCENTS", help=totals)
+    add("--splits", default="0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9", help="search shares tried")
+    add("--ks", default="1,2", help="finalists tried")
+    noise = "between-start run sds replayed (the first chooses the split)"
+    add("--run-noise", default="0.05,0.10,0.12", help=noise)
+    add("--select-seeds", type=int, default=50, help="seeds (of their own) the split is chosen on")
+    render = "no replay: rewrite --readme from the JSON beside --out (what the last run wrote)"
+    add("--render", action="store_true", help=render)
     args = parser.parse_args()
     args.out = args.out or out_path(args.data)
     if args.render:

@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from benchmarks import sample_efficiency as se
+from benchmarks import _se_write as write
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -20,8 +20,8 @@ README = ROOT / "README.md"
 
 
 def _section(text: str) -> str:
-    start = text.index(se.BEGIN)
-    end = text.index(se.END) + len(se.END)
+    start = text.index(write.BEGIN)
+    end = text.index(write.END) + len(write.END)
     return text[start:end]
 
 
@@ -34,7 +34,7 @@ def _source_json(section: str) -> Path:
 def test_the_readme_section_is_what_the_benchmark_rendered() -> None:
     section = _section(README.read_text())
     doc = json.loads(_source_json(section).read_text())
-    assert section == se.render_readme(doc)
+    assert section == write.render_readme(doc)
 
 
 def test_the_section_compares_at_equal_total_cost_only() -> None:
@@ -68,13 +68,13 @@ def test_a_readme_without_the_section_is_refused_and_left_alone(tmp_path: Path) 
 
 def test_render_replaces_only_the_section(tmp_path: Path) -> None:
     readme = tmp_path / "README.md"
-    readme.write_text(f"before\n{se.BEGIN}\nold table\n{se.END}\nafter\n")
+    readme.write_text(f"before\n{write.BEGIN}\nold table\n{write.END}\nafter\n")
     doc = json.loads(TOTAL.read_text())
-    assert se.write_readme(readme, doc) == 0
+    assert write.write_readme(readme, doc) == 0
     text = readme.read_text()
     assert text.startswith("before\n") and text.endswith("\nafter\n")
     assert "old table" not in text
-    assert _section(text) == se.render_readme(doc)
+    assert _section(text) == write.render_readme(doc)
 
 
 def test_render_without_a_readme_is_refused(tmp_path: Path) -> None:
