@@ -55,27 +55,19 @@ def _cv(values: list[float]) -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="smollm2-135m")
-    parser.add_argument("--gpu", default="cpu")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--ngram", default="3,2,3", help="depth,lookup_min,lookup_max of B")
-    parser.add_argument("--tasks", type=int, default=None, help="override the preset's tasks")
-    parser.add_argument("--agents", type=int, default=None, help="override the preset's agents")
-    parser.add_argument("--lock", default=None, help="flock this file around each server run")
-    parser.add_argument(
-        "--json",
-        default=None,
-        help="append the record to this file (default benchmarks/data/repeatability-M-G.json)",
-    )
-    parser.add_argument(
-        "--render", action="store_true", help="only rewrite docs/repeatability.md from the file"
-    )
+    add = parser.add_argument
+    add("--model", default="smollm2-135m")
+    add("--gpu", default="cpu")
+    add("--rounds", type=int, default=3)
+    add("--ngram", default="3,2,3", help="depth,lookup_min,lookup_max of B")
+    add("--tasks", type=int, help="override the preset's tasks")
+    add("--agents", type=int, help="override the preset's agents")
+    add("--lock", help="flock this file around each server run")
+    add("--json", help="append the record here (default: data/repeatability-MODEL-GPU.json)")
+    add("--render", action="store_true", help="only rewrite docs/repeatability.md from the file")
     args = parser.parse_args()
-    path = (
-        Path(args.json)
-        if args.json
-        else ROOT / "benchmarks" / "data" / f"repeatability-{args.model}-{args.gpu}.json"
-    )
+    default = ROOT / "benchmarks" / "data" / f"repeatability-{args.model}-{args.gpu}.json"
+    path = Path(args.json) if args.json else default
     if args.render:
         DOC.write_text(render(_records(path), path.name))
         return 0
@@ -182,27 +174,19 @@ def _figures(runs: dict[str, list[TrialResult]], workload: dict[str, Any]) -> di
         "run_seconds": {k: [round(r.wall_s, 1) for r in v] for k, v in runs.items()},
         "warmup_seconds": {k: [round(_warmup_s(r), 1) for r in v] for k, v in runs.items()},
         "first_round_gap": {k: first_round_gap(v) for k, v in tph.items()},
-        "trends": {
-            "A tasks/h": detect_trend(tph["A"]).to_json(),
-            "B tasks/h": detect_trend(tph["B"]).to_json(),
-            "paired ratio": detect_trend(ratios).to_json(),
-        },
+        "trends": _trends({"tasks_per_hour": tph, "paired_ratios": ratios}),
     }
-    probes_a = [r.probe for r in runs["A"]]
-    probes_b = [r.probe for r in runs["B"]]
-    if all(p is not None for p in probes_a + probes_b) and len(probes_a) > 1:
-        first = probes_a[0].outputs  # type: ignore[union-attr]
-        floor = [
-            sum(m) / len(m)
-            for p in probes_a[1:]
-            for m in [match_rates(first, p.outputs)]  # type: ignore[union-attr]
-        ]
-        ngram = [sum(m) / len(m) for p in probes_b for m in [match_rates(first, p.outputs)]]  # type: ignore[union-attr]
-        restarts = [p.outputs for p in probes_a[1:]]  # type: ignore[union-attr]
-        checks = [judge_outputs(first, p.outputs, *restarts) for p in probes_b]  # type: ignore[union-attr]
+    probes_a = [r.probe for r in runs["A"] if r.probe is not None]
+    probes_b = [r.probe for r in runs["B"] if r.probe is not None]
+    if len(probes_a) == len(runs["A"]) > 1 and len(probes_b) == len(runs["B"]):
+        first = probes_a[0].outputs
+        restarts = [p.outputs for p in probes_a[1:]]
+        floor = [sum(m) / len(m) for m in (match_rates(first, o) for o in restarts)]
+        ngram = [sum(m) / len(m) for m in (match_rates(first, p.outputs) for p in probes_b)]
+        checks = [judge_outputs(first, p.outputs, *restarts) for p in probes_b]
         out["probe"] = {
             "prompts": len(first),
-            "in_flight": probes_a[0].in_flight,  # type: ignore[union-attr]
+            "in_flight": probes_a[0].in_flight,
             "ngram_match": ngram,
             "floor_match": floor,
             "verdict": checks[0].describe(),
