@@ -52,7 +52,6 @@ from benchmarks._se_replay import (
 from tuner.defaults import CONFIRM_ROUNDS
 from tuner.metrics import DEFAULT_NOISE
 from tuner.results.export import confirmation_look
-from tuner.results.rows import StudyResults
 from tuner.study.search.loop import StudyLoop
 from tuner.study.search.loop_settings import LoopSettings
 from tuner.study.stages.confirm_finalists import _baseline, rank_finalists
@@ -126,7 +125,8 @@ def run_budgeted(
                 return n
 
             def look(upto: int) -> Any:
-                results = _results(table, study, backend)
+                done = {t.number: t for t in study.get_trials(deepcopy=False)}
+                results = study_results(table, done, backend.results, list(backend.spans))
                 return confirmation_look(
                     _first_rounds(results, upto), upto, plan.first_look, plan.rounds
                 )
@@ -138,11 +138,6 @@ def run_budgeted(
     done = {t.number: t for t in study.get_trials(deepcopy=False)}
     is_base, key = _exported(table, done, backend.results, sorted(backend.spans))
     return Budgeted(key, spent() / grid_cost, searched / grid_cost, rounds, cap, stop, is_base)
-
-
-def _results(table: GridTable, study: optuna.Study, backend: Any) -> StudyResults:
-    trials = {t.number: t for t in study.get_trials(deepcopy=False)}
-    return study_results(table, trials, backend.results, list(backend.spans))
 
 
 # ---- many studies ---------------------------------------------------------------------------
@@ -298,6 +293,12 @@ def short_name(name: str) -> str:
     return "tuner" if name == DEFAULT.name else "random"
 
 
+def _points(d: dict[str, Any]) -> str:
+    """A paired difference of regret in points with its interval: "+1.2 points (-0.3 to +2.5)"."""
+    lo, hi = d["interval"]
+    return f"{d['diff'] * 100:+.1f} points ({lo * 100:+.1f} to {hi * 100:+.1f})"
+
+
 def table_lines(rows_: list[dict[str, Any]]) -> list[str]:
     """The README's table: each total at its chosen split, tuner and random with the same
     stage, regret mean (median) at each run noise, the paired difference, the cost."""
@@ -314,13 +315,7 @@ def table_lines(rows_: list[dict[str, Any]]) -> list[str]:
             f"{r['noise'][n]['regret_mean']:.1%} ({r['noise'][n]['regret_median']:.1%})"
             for n in noises
         ]
-        d = c0.get("minus_random")
-        diff = (
-            f"{d['diff'] * 100:+.1f} points ({d['interval'][0] * 100:+.1f} to "
-            f"{d['interval'][1] * 100:+.1f})"
-            if d
-            else ""
-        )
+        diff = _points(c0["minus_random"]) if c0.get("minus_random") else ""
         split = f"{r['split'] * float(r['total'].rstrip('%')):.1f}% search, confirm {r['k']}"
         out.append(
             f"| {r['total']} | {short_name(r['search'])} ({split}) | " + " | ".join(cells)
@@ -339,17 +334,13 @@ def verdict(rows_: list[dict[str, Any]], goal_total: str = "25%", regret: float 
     met = c["regret_median"] <= regret and d["interval"][1] < 0
     others = "; ".join(
         f"at noise {n}: median {tuner['noise'][n]['regret_median']:.1%}, minus random "
-        f"{tuner['noise'][n]['minus_random']['diff'] * 100:+.1f} points "
-        f"({tuner['noise'][n]['minus_random']['interval'][0] * 100:+.1f} to "
-        f"{tuner['noise'][n]['minus_random']['interval'][1] * 100:+.1f})"
+        + _points(tuner["noise"][n]["minus_random"])
         for n in noises[1:]
     )
     return (
         f"Goal (issue 44) at {goal_total} total cost, noise {noises[0]}: median regret <= "
         f"{regret:.0%}, mean below random's by a paired bootstrap 95% interval: "
-        f"median {c['regret_median']:.1%}, minus "
-        f"random {d['diff'] * 100:+.1f} points ({d['interval'][0] * 100:+.1f} to "
-        f"{d['interval'][1] * 100:+.1f}): "
+        f"median {c['regret_median']:.1%}, minus random {_points(d)}: "
         + ("met" if met else "not met")
         + f". {others[0].upper()}"
         f"{others[1:]}."

@@ -1,13 +1,6 @@
-"""The hierarchical model behind `grid_truth.py`: its design, its REML fit, its draws.
-
-    log tasks/h = spec(method x depth x lookup) + KV + max_num_seqs [+ interactions]
-                  + u(config) + sitting + n-gram x sitting + drift(sitting) x hours
-                  [+ drift^2] + e
-
-u ~ N(0, tau^2), e ~ N(0, sigma^2). The restricted likelihood (REML) is evaluated on a grid of
-(tau, sigma); with flat priors on the fixed effects, on tau and on log sigma it is their
-posterior, and given them the effects are Gaussian: posterior draws are exact up to the grid.
-Interactions are kept by greedy forward selection on the AIC of the ML fit.
+"""The hierarchical model behind `grid_truth.py` (its docstring has the formula and the fit):
+its design, its REML fit on a (tau, sigma) grid, its draws. Interactions are kept by greedy
+forward selection on the AIC of the ML fit.
 
 "n-gram x sitting": how much speculation helps depends on the machine and its server settings
 (the grid's Zen 4 sitting gave vLLM one core, a re-record gave it both; an Intel box with AMX
