@@ -52,6 +52,12 @@ def _start(launcher: Launcher, spec: Any) -> dict[str, Any]:
     return {"ready_s": round(ready, 2), "parts": parts}
 
 
+def _write(out: Path, spec: Any, what: str, **figures: Any) -> None:
+    """The record: what it measured, the server command, the machine, the figures."""
+    record = {"what": what, "command": spec.serve_command(), "machine": machine_record()}
+    out.write_text(json.dumps({**record, **figures}, indent=2) + "\n")
+
+
 def _study_first_start(url: str, params: dict[str, Any]) -> dict[str, Any]:
     """The start of the study's trial of `params` (the baseline's): its first on that cache."""
     import optuna
@@ -80,17 +86,12 @@ def _warm_only(args: argparse.Namespace, preset: Any, out: Path) -> None:
     first = _study_first_start(args.cold_storage, params)
     warm = _start(Launcher(cache_dir=args.warm_cache), spec)
     ratio = warm["ready_s"] / first["ready_s"]
-    record = {
-        "what": f"ready seconds of the {args.model} {args.gpu} preset's baseline: the study's "
-        "first start of it (trial's stored start) and one more start against the compile cache "
-        "that study filled",
-        "command": spec.serve_command(),
-        "machine": machine_record(),
-        "first": first,
-        "warm": warm,
-        "warm_over_first": round(ratio, 3),
-    }
-    out.write_text(json.dumps(record, indent=2) + "\n")
+    what = (
+        f"ready seconds of the {args.model} {args.gpu} preset's baseline: the study's first start "
+        "of it (trial's stored start) and one more start against the compile cache that study "
+        "filled"
+    )
+    _write(out, spec, what, first=first, warm=warm, warm_over_first=round(ratio, 3))
     print(
         f"first (trial {first['trial']}) {first['ready_s']:.1f} s {first['parts']}\n"
         f"warm {warm['ready_s']:.1f} s {warm['parts']}: x{ratio:.3f}; wrote {out}"
@@ -100,16 +101,14 @@ def _warm_only(args: argparse.Namespace, preset: Any, out: Path) -> None:
 def main() -> None:
     """Run the A B A B comparison and write it."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--model", default="smollm2-135m")
-    parser.add_argument("--gpu", default="cpu")
-    parser.add_argument("--out", type=Path, help="default: data/compile-cache-ab-MODEL-GPU.json")
-    parser.add_argument(
-        "--warm-cache",
-        type=Path,
-        help="a tuner cache a study filled: one start against its compile cache, no first start",
-    )
-    parser.add_argument("--cold-storage", help="with --warm-cache: the study's storage URL")
+    add = parser.add_argument
+    add("--rounds", type=int, default=2)
+    add("--model", default="smollm2-135m")
+    add("--gpu", default="cpu")
+    add("--out", type=Path, help="default: data/compile-cache-ab-MODEL-GPU.json")
+    warm = "a tuner cache a study filled: one start against its compile cache, no first start"
+    add("--warm-cache", type=Path, help=warm)
+    add("--cold-storage", help="with --warm-cache: the study's storage URL")
     args = parser.parse_args()
     out = args.out or Path(f"benchmarks/data/compile-cache-ab-{args.model}-{args.gpu}.json")
     if (args.warm_cache is None) != (args.cold_storage is None):
@@ -137,16 +136,12 @@ def main() -> None:
             f"         repeat {repeat['ready_s']:.1f} s {repeat['parts']}: x{ratio:.3f}"
         )
     ratios = [x["ratio"] for x in rounds]
-    record = {
-        "what": f"ready seconds of the {args.model} {args.gpu} preset's baseline: a first start "
-        "(empty compile cache) and its repeat (the cache the first filled), A B per round",
-        "command": spec.serve_command(),
-        "machine": machine_record(),
-        "rounds": rounds,
-        "repeat_over_first": {"per_round": ratios, "mean": round(statistics.fmean(ratios), 3)},
-    }
-    out.write_text(json.dumps(record, indent=2) + "\n")
-    mean = record["repeat_over_first"]["mean"]
+    mean = round(statistics.fmean(ratios), 3)
+    what = (
+        f"ready seconds of the {args.model} {args.gpu} preset's baseline: a first start (empty "
+        "compile cache) and its repeat (the cache the first filled), A B per round"
+    )
+    _write(out, spec, what, rounds=rounds, repeat_over_first={"per_round": ratios, "mean": mean})
     print(f"repeat/first: {ratios} (mean x{mean:.3f}); wrote {out}")
 
 
