@@ -12,9 +12,7 @@ module turns that table into trials a study can run again, with noise, in micros
   on the box) and a per-task residual. A replayed run draws one recorded run factor and one
   recorded residual per task (resampling, scaled by sqrt(n/(n-1)) because residuals from n runs
   around their own mean are that much too small). Nothing is assumed Gaussian. A grid needs
-  some config recorded twice (both recorded grids have four run three times); replaying a
-  grid still being recorded (its complete KV sizes, a task bootstrap before any repeat) was
-  this module's until 5f3cc97.
+  some config recorded twice (both recorded grids have four run three times).
 - **Schedule.** The workload's closed loop is re-run on the new durations: `agents` agents pull
   tasks in suite order, one at a time, so the completion times (what the pruner sees) follow.
 - **Cost.** Recorded seconds: startup, warm-up, the scored window as replayed, the plain

@@ -1,7 +1,6 @@
 """The writing half of `sample_efficiency.py`: what it says of the grid and of the truth fitted
 to it (`grid_truth.py`), the table (Markdown and JSON) and the README's section, all from what a
-run wrote. (The search-budget tables of the mode before `--total-budget`, with their verdicts,
-were written by this module at 95daa70.)"""
+run wrote."""
 
 from __future__ import annotations
 

@@ -9,8 +9,7 @@ machine; the large grid's box is about x4, its runs without drift correction x6)
 noise is multiplied by x: the between-start shift, the task jitter inside a run and the
 machine's drift. It prints, and writes to docs/decision-sim.md, for today's rule (alternating
 order, a conjugate update of the prior by the study's own repeats, sequential rounds up to the
-cap; the rule before issue 34 ran beside it until 95daa70, `benchmarks/_legacy_rules.py`
-there, and the docs it wrote then keep its rows):
+cap; benchmarks/README.md says where the rule before issue 34 went):
 
 - false wins: every candidate is a copy of the baseline and the export says one beats it
   (goal: at most 5% at every level);

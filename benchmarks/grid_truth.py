@@ -18,10 +18,9 @@ fixed effects; given (tau, sigma) the effects are Gaussian, so posterior draws a
 the grid (no Laplace step). The runs of the 10-config grid (another, slower machine; its configs
 are all in the large one) join with their own sitting offset, n-gram shift and drift; so do the
 runs of each re-recording of the top 10 (`grid-rerecord-*.json`, one sitting a file, on a Zen 4
-and a Xeon, interleaved with the baseline by `record_grid.py --rerecord`, a one-off removed after
-5f3cc97: `git show 5f3cc97:benchmarks/_rerecord.py`). How much n-gram speculation
-helps is a sitting's own (the machine, and how many cores vLLM was given); the differences
-among n-gram configs are shared, so a re-record sharpens the ranking at the top.
+and a Xeon, interleaved with the baseline by the one-off `record_grid.py --rerecord`). How much
+n-gram speculation helps is a sitting's own (the machine, and how many cores vLLM was given);
+the differences among n-gram configs are shared, so a re-record sharpens the ranking at the top.
 
     python -m benchmarks.grid_truth [--data GRID.json ...] [--draws 4000] [--out FILE]
 

@@ -28,8 +28,7 @@ began (and run index i, the start's place in the session's order):
 - within a run every task's log duration moves by its own jitter around the run's shift: the
   task sd (grids only: repeatability records keep no tasks), per session and pooled;
 - the start-up effect: how a config's first start differs from its later starts (after drift),
-  a mean over configs with a t-interval (a session's start seconds per hour were fitted until
-  5f3cc97; no doc quoted them);
+  a mean over configs with a t-interval;
 - the machine (CPU family/model, or what the file says) is a factor: every session names its
   machine, and sessions are pooled per machine as well.
 

@@ -40,13 +40,11 @@ That is 4 + 4 x 3 x 2 x 2 = 52 configurations and 8 noise repeats: 60 runs. The 
 recording's runs cost 147-268 s on a box shared with other jobs; the large grid, recorded in one
 sitting on an idle box of the same kind, cost about 100-135 s a run (each run's `wall_s`:
 startup, warm-up, the scored window and the plain benchmark; and its `load_1min` at start and
-end), close to two hours in all (`--dry-run`, which printed the plan and the estimate from the
-recorded seconds, went after 5f3cc97 with both grids recorded). Cut further in each direction:
-the preset's third KV size (x1.5 runs), all nine lookup windows (x3) or `max_num_seqs` 4 (x1.5)
-would each make it 3-6 hours of an otherwise idle machine; depths above 4 are outside the
-shipped preset. A recording is one machine's: runs of a slower or busier machine are not mixed
-into it (the first partial recording ran about 1.4x slower and was recorded again from the
-start).
+end), close to two hours in all. Cut further in each direction: the preset's third KV size (x1.5
+runs), all nine lookup windows (x3) or `max_num_seqs` 4 (x1.5) would each make it 3-6 hours of
+an otherwise idle machine; depths above 4 are outside the shipped preset. A recording is one
+machine's: runs of a slower or busier machine are not mixed into it (the first partial recording
+ran about 1.4x slower and was recorded again from the start).
 
 Each evaluation takes the shared heavy lock (`/tmp/tuner-heavy.lock`) for itself only, so other
 users of the box interleave. The file is rewritten after every run and runs already in it are

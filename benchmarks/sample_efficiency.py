@@ -25,11 +25,8 @@ the table with the command that made it to `--out` (default
 benchmarks/data/sample-efficiency-total-<grid>.md) and beside it as JSON, the chosen splits to
 sample-efficiency-split-<grid>.json (for planning `tuner optimize --budget`); the README quotes
 the JSON (`--readme`, or `--render` from the JSON the last run wrote). Replay mode numbers: load
-shape, not graded answers. An incomplete grid is refused (exit 2).
-
-The mode before `--total-budget` (regret and hit of the search alone at 10%, 25% and 50% of the
-grid's cost, per search and slot count, `--world`, `--noise`, `--screening`, `--slots`) is in
-this file at 95daa70; its tables stay in benchmarks/data/sample-efficiency-*.md.
+shape, not graded answers. An incomplete grid is refused (exit 2). The mode before
+`--total-budget` and its tables: benchmarks/README.md.
 """
 
 from __future__ import annotations
