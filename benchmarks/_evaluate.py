@@ -4,8 +4,8 @@ interleaved rounds of them.
 `record_grid.py` (the grid), `repeatability.py` (A B rounds) and `suffix_ab.py` (C B A, A B C
 rounds) evaluate configs of a preset one fresh server at a time through
 `tuner.study.trial.evaluate.evaluate`, the function a study's worker runs, all through
-`fresh_start`: it builds the request as the driver does (`request_for`: the preset's server
-spec and workload, the model as tokenizer when it is a directory), holds the machine's heavy
+`fresh_start`: it builds the request as the driver does (the preset's server spec and
+workload, the model as tokenizer when it is a directory), holds the machine's heavy
 lock (`locked`) around the server's life so other users of the box interleave, and keeps what
 the figures need beside the result: the 1-minute load average as the run started and ended,
 the progress the worker reported (tasks done, successes, seconds), the time it finished and
@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from tuner.study.space import Preset
-    from tuner.study.trial.request import ThroughputPlan, TrialRequest, TrialResult
+    from tuner.study.trial.request import ThroughputPlan, TrialResult
     from tuner.workload import RunProgress
 
-__all__ = ["FreshRun", "fresh_rounds", "fresh_start", "interleaved", "locked", "request_for"]
+__all__ = ["FreshRun", "fresh_rounds", "fresh_start", "interleaved", "locked"]
 
 
 @contextlib.contextmanager
@@ -44,32 +44,6 @@ def locked(path: str | Path | None) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def request_for(
-    preset: Preset,
-    params: dict[str, Any],
-    *,
-    model_path: str,
-    cache_dir: str | Path,
-    study: str,
-    number: int,
-    throughput: ThroughputPlan | None = None,
-) -> TrialRequest:
-    """The request a study's driver would send for `params` (no plain benchmark by default)."""
-    from tuner.study.trial.request import ThroughputPlan, TrialRequest
-
-    return TrialRequest(
-        study_name=study,
-        trial_number=number,
-        params=params,
-        spec=preset.server_spec(params, model_path=model_path),
-        workload=preset.workload,
-        cache_dir=str(cache_dir),
-        startup_timeout_s=preset.startup_timeout_s,
-        throughput=throughput if throughput is not None else ThroughputPlan(streams=()),
-        tokenizer=model_path if Path(model_path).is_dir() else None,
-    )
 
 
 @dataclass
@@ -94,8 +68,10 @@ def fresh_start(
     lock: str | Path | None,
     throughput: ThroughputPlan | None = None,
 ) -> FreshRun:
-    """Evaluate `params` once on a fresh server under `lock`."""
+    """Evaluate `params` once on a fresh server under `lock`, with the request a study's driver
+    would send (no plain benchmark unless `throughput` asks for one)."""
     from tuner.study.trial.evaluate import evaluate
+    from tuner.study.trial.request import ThroughputPlan, TrialRequest
 
     progress: list[list[float]] = []
 
@@ -106,10 +82,17 @@ def fresh_start(
     with locked(lock):
         waited = time.monotonic() - waited
         before = os.getloadavg()[0]
-        request = request_for(
-            preset, params, model_path=model_path, cache_dir=cache_dir, study=study,
-            number=number, throughput=throughput,
-        )  # fmt: skip
+        request = TrialRequest(
+            study_name=study,
+            trial_number=number,
+            params=params,
+            spec=preset.server_spec(params, model_path=model_path),
+            workload=preset.workload,
+            cache_dir=str(cache_dir),
+            startup_timeout_s=preset.startup_timeout_s,
+            throughput=throughput if throughput is not None else ThroughputPlan(streams=()),
+            tokenizer=model_path if Path(model_path).is_dir() else None,
+        )
         result = evaluate(request, on_progress=on_progress)
         after = os.getloadavg()[0]
     return FreshRun(
