@@ -60,11 +60,6 @@ CONFIGS: dict[str, dict[str, Any]] = {
 NAMES = {"A": "no speculation", "B": "n-gram (best)", "C": "suffix"}
 
 
-def data_path(model: str, gpu: str) -> Path:
-    """Where this preset's records go."""
-    return DATA_DIR / f"suffix-ab-{model}-{gpu}.json"
-
-
 def order(rounds: int) -> list[tuple[int, str]]:
     """(round, config) in run order: C B A in even rounds, A B C in odd ones."""
     from benchmarks._evaluate import interleaved
@@ -151,10 +146,11 @@ def table(record: dict[str, Any]) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="smollm2-135m")
-    parser.add_argument("--gpu", default="cpu")
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--lock", default=None, help="flock this file around each server run")
+    add = parser.add_argument
+    add("--model", default="smollm2-135m")
+    add("--gpu", default="cpu")
+    add("--rounds", type=int, default=2)
+    add("--lock", help="flock this file around each server run")
     args = parser.parse_args()
     if args.rounds < 2:
         print("suffix_ab: --rounds must be at least 2 (one run has no interval)", file=sys.stderr)
@@ -212,12 +208,10 @@ def main() -> int:
         mine = [row for row in rows if row["config"] == name]
         est = None if name == "A" else paired_ratio([_outcomes(r) for r in results[name]], base)
         tph = [row["tasks_per_hour"] for row in mine]
-        rates = [row["acceptance_rate"] for row in mine if row["acceptance_rate"] is not None]
-        lengths = [
-            row["mean_acceptance_length"]
-            for row in mine
-            if row["mean_acceptance_length"] is not None
-        ]
+        rates, lengths = (
+            [row[key] for row in mine if row[key] is not None]
+            for key in ("acceptance_rate", "mean_acceptance_length")
+        )
         summary[name] = {
             "params": config_key(CONFIGS[name]),
             "tasks_per_hour": tph,
@@ -245,7 +239,7 @@ def main() -> int:
         "mode": preset.workload.mode,
         "unit": "a run: one fresh server start; intervals are over runs (rounds)",
     }
-    path = data_path(args.model, args.gpu)
+    path = DATA_DIR / f"suffix-ab-{args.model}-{args.gpu}.json"
     previous = json.loads(path.read_text()) if path.is_file() else []
     path.write_text(json.dumps([*previous, record], indent=2) + "\n")
     print(table(record))
