@@ -3,7 +3,7 @@
 The searches compared (`Search`): `tuner optimize` as shipped, with the preset's screening and
 confirmation (`DEFAULT`), and random search with the same screening and confirmation
 (`RANDOM_DEFAULT`). A search runs tuner's own loop (`tuner.study.search.loop.StudyLoop`) on the
-simulated-clock backend over the recorded grid (`_grid_replay_backend.GridReplayBackend`) until its
+simulated-clock backend over the recorded grid (`_grid_replay.GridReplayBackend`) until its
 budget is spent (`_search`); its answer is what `tuner export` would pick
 (`tuner.results.export.choose_export`, `_exported`). `world_table` moves the grid to one posterior
 draw of the truth (`grid_truth.py`); `_se_budget` runs the stage after the search.
@@ -19,8 +19,7 @@ from typing import Any
 
 import optuna
 
-from benchmarks._grid_replay import GridTable
-from benchmarks._grid_replay_backend import GridReplayBackend
+from benchmarks._grid_replay import GridReplayBackend, GridTable
 from tuner.attrs import TrialAttr
 from tuner.errors import StudyError
 from tuner.results import decision

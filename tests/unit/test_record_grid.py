@@ -49,8 +49,7 @@ def test_the_replay_reads_a_large_grid_file_and_its_finished_half_alone() -> Non
     import json
     import random
 
-    from benchmarks._grid_replay import GridTable
-    from benchmarks._grid_replay_backend import GridReplayBackend
+    from benchmarks._grid_replay import GridReplayBackend, GridTable
     from tuner.study.search.driver import request_factory
     from tuner.study.search.loop import StudyLoop
     from tuner.study.search.loop_settings import LoopSettings

@@ -15,8 +15,7 @@ import optuna
 import pytest
 
 from benchmarks import record_grid
-from benchmarks._grid_replay import DATA, LARGE_DATA, GridTable, closed_loop
-from benchmarks._grid_replay_backend import GridReplayBackend
+from benchmarks._grid_replay import DATA, LARGE_DATA, GridReplayBackend, GridTable, closed_loop
 from tuner.study.search.driver import request_factory
 from tuner.study.search.loop import StudyLoop
 from tuner.study.search.loop_settings import LoopSettings

@@ -1,7 +1,7 @@
 """Screening (multi-fidelity): a candidate plays a prefix and goes on only if it can still win.
 
 The rule (`tuner.study.search.pruning.ScreenRule`) on hand-made progress, then through tuner's real
-study loop on the recorded grid's replay (benchmarks/_grid_replay_backend.py): screened-out trials
+study loop on the recorded grid's replay (benchmarks/_grid_replay.py): screened-out trials
 are PRUNED, cost what they ran, and say at which rung they stopped.
 """
 
@@ -13,8 +13,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from benchmarks._grid_replay import DATA, GridTable
-from benchmarks._grid_replay_backend import GridReplayBackend
+from benchmarks._grid_replay import DATA, GridReplayBackend, GridTable
 from tests.conftest import stub_cluster_join
 from tuner.attrs import Role, TrialAttr
 from tuner.study.search.driver import request_factory
