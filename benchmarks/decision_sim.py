@@ -213,17 +213,15 @@ def _params(i: int) -> dict[str, Any]:
 
 
 def _row(number: int, role: str, params: dict[str, Any], run: RunOutcomes, **kw: Any) -> TrialRow:
-    tph = run.tasks_per_hour
-    wins = sum(1 for _, ok, _ in run.outcomes if ok)
     return TrialRow(
         number=number,
         state="complete",
         role=role,
         params=params,
-        value=tph,
+        value=run.tasks_per_hour,
         tasks=len(run.outcomes),
-        successes=wins,
-        tasks_per_hour=tph,
+        successes=sum(1 for _, ok, _ in run.outcomes if ok),
+        tasks_per_hour=run.tasks_per_hour,
         outcomes=run,
         mode="replay",
         **kw,
@@ -327,10 +325,8 @@ class _Machine:
         offset += self.walked
         if s.ar:
             if i:
-                phi = s.ar_phi
-                self.ar_state = phi * self.ar_state + math.sqrt(1 - phi**2) * self.rng.gauss(
-                    0.0, self.ar_sd
-                )
+                step = self.rng.gauss(0.0, self.ar_sd)
+                self.ar_state = s.ar_phi * self.ar_state + math.sqrt(1 - s.ar_phi**2) * step
             offset += self.ar_state
         if s.slow and self.rng.random() < s.slow:
             offset += math.log(s.slow_factor)
@@ -344,24 +340,19 @@ class _Machine:
 
 def _search(machine: _Machine, speeds: Sequence[float]) -> tuple[list[Any], list[TrialRow]]:
     """The baseline and each candidate started once: as frozen trials and as export rows."""
-    n = len(speeds)
-    search = [machine.start(1.0), *(machine.start(s) for s in speeds)]
-    frozen = [
-        create_trial(
+    frozen, rows = [], []
+    for i, speed in enumerate((1.0, *speeds)):
+        run, role = machine.start(speed), str(Role.BASELINE if i == 0 else Role.CANDIDATE)
+        trial = create_trial(
             state=TrialState.COMPLETE,
-            value=search[i].tasks_per_hour,
+            value=run.tasks_per_hour,
             params=_params(i),
             distributions={k: _DIST[k] for k in _params(i)},
-            user_attrs={TrialAttr.ROLE: str(Role.BASELINE if i == 0 else Role.CANDIDATE)},
+            user_attrs={TrialAttr.ROLE: role},
         )
-        for i in range(n + 1)
-    ]
-    for i, t in enumerate(frozen):
-        t.number = i
-    rows = [
-        _row(i, str(Role.BASELINE if i == 0 else Role.CANDIDATE), _params(i), search[i])
-        for i in range(n + 1)
-    ]
+        trial.number = i
+        frozen.append(trial)
+        rows.append(_row(i, role, _params(i), run))
     return frozen, rows
 
 
@@ -378,10 +369,9 @@ def simulate_new(
     """Today's rule: the product's stage and export, on one simulated machine."""
     machine = _Machine(rec, lvl, rng, stress)
     frozen, rows = _search(machine, speeds)
-    n = len(speeds)
     picked = [t.number for t in plan_confirmation(frozen, plan.k)] if plan.enabled else [0]
     looks = (plan.first_look, plan.rounds) if plan.enabled else None
-    number = n + 1
+    number = len(speeds) + 1
 
     def results() -> StudyResults:
         return StudyResults(
