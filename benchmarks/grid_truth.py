@@ -187,7 +187,7 @@ def build(paths: list[Path], draws: int, keep: int, seed: int = 36) -> dict[str,
     runs = load_runs(paths, keys)
     chosen = choose_interactions(runs, [config_key(p) for p in configs], configs)
     f = fit(runs, configs, tuple(chosen["kept"]), draws, seed)
-    out = {
+    return {
         "about": (
             "Written by benchmarks/grid_truth.py: the grid's truth as a posterior (see its "
             "docstring). mu is log tasks/h at the reference sitting; regret of a config in a "
@@ -199,9 +199,8 @@ def build(paths: list[Path], draws: int, keep: int, seed: int = 36) -> dict[str,
         "n_runs": len(runs),
         "n_configs": len(configs),
         **summarize(f, runs, configs, keep),
+        "rerecord_ratios": rerecord_ratios(paths),
     }
-    out["rerecord_ratios"] = rerecord_ratios(paths)
-    return out
 
 
 def rerecord_ratios(paths: list[Path]) -> list[dict[str, Any]]:
@@ -252,9 +251,8 @@ def rel(path: Path) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--data", type=Path, action="append", help="grid files; the first is the reference"
-    )
+    first = "grid files; the first is the reference"
+    parser.add_argument("--data", type=Path, action="append", help=first)
     parser.add_argument("--draws", type=int, default=4000, help="posterior draws")
     parser.add_argument("--keep", type=int, default=1000, help="draws written to the file")
     parser.add_argument("--out", type=Path, help="default: grid-truth-<grid>.json beside it")

@@ -327,9 +327,8 @@ def _append(path: Path, entry: dict[str, Any]) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--space", choices=sorted(PLANS), default="trimmed", help="which grid (docstring)"
-    )
+    space = "which grid (docstring)"
+    parser.add_argument("--space", choices=sorted(PLANS), default="trimmed", help=space)
     parser.add_argument("--out", type=Path, default=None, help="default: the grid's data file")
     parser.add_argument("--limit", type=int, default=None, help="stop after this many runs")
     args = parser.parse_args()
