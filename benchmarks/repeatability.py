@@ -219,6 +219,9 @@ def render(records: list[dict[str, Any]], source: str) -> str:
     def machine(key: str, fmt: Any = str) -> Any:
         return lambda r: fmt(r["machine"][key]) if r.get("machine") else "not recorded"
 
+    def probe(key: str) -> Any:
+        return lambda r: _fmt(r["probe"][key], ".2f") if r.get("probe") else "-"
+
     row("CPU", machine("cpu_model"))
     row("CPU family/model", machine("cpu_family_model"))
     row("cores", machine("cores"))
@@ -240,10 +243,7 @@ def render(records: list[dict[str, Any]], source: str) -> str:
         "round 1 vs later rounds, A / B",
         lambda r: " / ".join(
             f"{g:+.1%}" if g is not None else "-"
-            for g in (
-                first_round_gap(r["tasks_per_hour"]["A"]),
-                first_round_gap(r["tasks_per_hour"]["B"]),
-            )
+            for g in (first_round_gap(r["tasks_per_hour"][k]) for k in ("A", "B"))
         ),
     )
     row(
@@ -267,14 +267,8 @@ def render(records: list[dict[str, Any]], source: str) -> str:
             else "not recorded (warm-up tasks only)"
         ),
     )
-    row(
-        "probe: n-gram token match vs baseline",
-        lambda r: _fmt(r["probe"]["ngram_match"], ".2f") if r.get("probe") else "-",
-    )
-    row(
-        "probe: baseline floor",
-        lambda r: _fmt(r["probe"]["floor_match"], ".2f") if r.get("probe") else "-",
-    )
+    row("probe: n-gram token match vs baseline", probe("ngram_match"))
+    row("probe: baseline floor", probe("floor_match"))
     row(
         "probe: guard verdict on n-gram",
         lambda r: (
