@@ -108,16 +108,9 @@ def _grid_session(path: Path) -> Session:
     session = Session(path.name, machine, round(max(loads) / cores, 2) if loads else None)
     for i, (r, when) in enumerate(zip(runs, times, strict=True)):
         tasks = {k: math.log(t[2]) for k, t in enumerate(r.get("tasks") or []) if t[2] > 0}
-        session.starts.append(
-            Start(
-                _config(r["params"]),
-                math.log(r["tasks_per_hour"]),
-                (when - times[0]).total_seconds() / 3600,
-                i,
-                r.get("wall_s"),
-                tasks or None,
-            )
-        )
+        config, tph = _config(r["params"]), math.log(r["tasks_per_hour"])
+        hours = (when - times[0]).total_seconds() / 3600
+        session.starts.append(Start(config, tph, hours, i, r.get("wall_s"), tasks or None))
     return session
 
 
@@ -137,15 +130,9 @@ def _repeatability_sessions(path: Path) -> list[Session]:
         for r in range(rounds):
             for name in names:
                 seconds = rec.get("run_seconds", {}).get(name, [None] * rounds)[r]
-                session.starts.append(
-                    Start(
-                        _config(rec["configs"][name]),
-                        math.log(rec["tasks_per_hour"][name][r]),
-                        hours,
-                        index,
-                        seconds,
-                    )
-                )
+                config = _config(rec["configs"][name])
+                tph = math.log(rec["tasks_per_hour"][name][r])
+                session.starts.append(Start(config, tph, hours, index, seconds))
                 hours += (seconds or 0.0) / 3600
                 index += 1
         out.append(session)
