@@ -89,11 +89,9 @@ def baseline_and_ngram(preset: Any, ngram: str) -> tuple[str, dict[str, Any], di
     from tuner.models import prepare
     from tuner.settings import get_settings
 
-    model_path = (
-        str(prepare(preset.model.prepare, get_settings().cache_path()))
-        if preset.model.prepare
-        else preset.model.checkpoint
-    )
+    model_path = preset.model.checkpoint
+    if preset.model.prepare:
+        model_path = str(prepare(preset.model.prepare, get_settings().cache_path()))
     depth, lo, hi = (int(x) for x in ngram.split(","))
     base = preset.baseline_params()
     speculative = {"num_speculative_tokens": depth, "prompt_lookup_min": lo}

@@ -375,15 +375,9 @@ def simulate_new(
 
     def results() -> StudyResults:
         return StudyResults(
-            study_name="sim",
-            storage="memory",
-            model="smollm2-135m",
-            gpu="cpu",
-            trials=tuple(rows),
-            mode="replay",
-            noise=noise,
-            confirm_looks=looks,
-        )
+            study_name="sim", storage="memory", model="smollm2-135m", gpu="cpu",
+            trials=tuple(rows), mode="replay", noise=noise, confirm_looks=looks,
+        )  # fmt: skip
 
     rounds = plan.rounds if plan.enabled else 1
     dropped: set[int] = set()  # futile at a look while the stage went on: no more rounds

@@ -126,16 +126,9 @@ def table(record: dict[str, Any]) -> str:
         "|---|---|---|---|---|",
     ]
     for name, summary in record["summary"].items():
-        paired = summary["ratio_to_none"]
-        ratio = (
-            "1"
-            if name == "A"
-            else (
-                f"x{paired['ratio']:.3f} [{paired['low']:.3f}, {paired['high']:.3f}]"
-                if paired
-                else "-"
-            )
-        )
+        ratio = "1" if name == "A" else "-"
+        if name != "A" and (paired := summary["ratio_to_none"]):
+            ratio = f"x{paired['ratio']:.3f} [{paired['low']:.3f}, {paired['high']:.3f}]"
         runs = ", ".join(f"{v:,.0f}" for v in summary["tasks_per_hour"])
         lines.append(
             f"| {NAMES[name]} | {runs} | {ratio} | {_fmt(summary['acceptance_rate'])} | "
