@@ -203,14 +203,12 @@ def _fmt(values: list[float] | None, spec: str) -> str:
 
 def render(records: list[dict[str, Any]], source: str) -> str:
     """docs/repeatability.md: every recorded run's figures side by side, one column each."""
-    cols = []
-    for i, r in enumerate(records, 1):
-        m = r.get("machine")
-        cols.append(
-            f"run {i}: {m['recorded_at'][:16].replace('T', ' ')} UTC"
-            if m
-            else f"run {i}: recorded before machine records"
-        )
+    cols = [
+        f"run {i}: {r['machine']['recorded_at'][:16].replace('T', ' ')} UTC"
+        if r.get("machine")
+        else f"run {i}: recorded before machine records"
+        for i, r in enumerate(records, 1)
+    ]
     rows: list[tuple[str, list[str]]] = []
 
     def row(name: str, cell: Any) -> None:
@@ -219,8 +217,8 @@ def render(records: list[dict[str, Any]], source: str) -> str:
     def machine(key: str, fmt: Any = str) -> Any:
         return lambda r: fmt(r["machine"][key]) if r.get("machine") else "not recorded"
 
-    def probe(key: str) -> Any:
-        return lambda r: _fmt(r["probe"][key], ".2f") if r.get("probe") else "-"
+    def probe(cell: Any) -> Any:
+        return lambda r: cell(r["probe"]) if r.get("probe") else "-"
 
     row("CPU", machine("cpu_model"))
     row("CPU family/model", machine("cpu_family_model"))
@@ -267,15 +265,11 @@ def render(records: list[dict[str, Any]], source: str) -> str:
             else "not recorded (warm-up tasks only)"
         ),
     )
-    row("probe: n-gram token match vs baseline", probe("ngram_match"))
-    row("probe: baseline floor", probe("floor_match"))
+    row("probe: n-gram token match vs baseline", probe(lambda p: _fmt(p["ngram_match"], ".2f")))
+    row("probe: baseline floor", probe(lambda p: _fmt(p["floor_match"], ".2f")))
     row(
         "probe: guard verdict on n-gram",
-        lambda r: (
-            _verdicts(r["probe"].get("verdicts") or [r["probe"]["verdict"]])
-            if r.get("probe")
-            else "-"
-        ),
+        probe(lambda p: _verdicts(p.get("verdicts") or [p["verdict"]])),
     )
     row(
         "meets the goal (CV <= 2%, no trend)",
