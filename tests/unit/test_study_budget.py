@@ -335,6 +335,30 @@ def test_the_confirmation_line_says_what_the_budget_buys_and_its_power() -> None
     assert "power" not in rich.confirm_line(plain)
 
 
+@pytest.mark.usefixtures("hand_table")
+def test_without_a_budget_the_confirmation_says_the_power_of_its_rounds() -> None:
+    from tuner.study.stages.confirm_budget import fixed_power_line
+
+    # --confirm 2,4 at x2 of the hand table: 50% (Wilson 40-60% of 100), 6 rounds reach 80%.
+    line = fixed_power_line(2, 4, _noise(0.04))
+    assert line.startswith("confirmation: the top 2 and the baseline for up to 4 rounds")
+    assert "(--confirm 2,4); at this study's noise (x2.0 the fitted, over 5 df)" in line
+    assert "about 50% power for a true +10% (simulated, 95% interval 40%-60%" in line
+    assert line.endswith("80% needs 6 rounds, --confirm 2,6")
+    # --confirm 2,10 at x2: more than the 6 that reach 80%, 95% power, nothing to add.
+    line = fixed_power_line(2, 10, _noise(0.04))
+    assert "that is about 95% power" in line and "needs" not in line
+    assert "fewest" not in line
+    # Exactly the rounds that reach it.
+    assert "up to 6 rounds (--confirm 2,6), the fewest that reach 80%" in fixed_power_line(
+        2, 6, _noise(0.04)
+    )
+    # Past the table's noisiest level: a bound, and no cap is promised to reach 80%.
+    line = fixed_power_line(2, 10, _noise(0.2))
+    assert "at most 50% power" in line
+    assert line.endswith("80% is not reached within 10 rounds at this noise")
+
+
 def test_the_products_power_table_is_the_simulations() -> None:
     # The product's copy of benchmarks/data/decision-sim-power.json (it does not read
     # benchmarks/): a new table is copied, not hand-edited.

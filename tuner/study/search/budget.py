@@ -48,6 +48,8 @@ __all__ = [
     "GAP_S",
     "Budget",
     "ConfirmChoice",
+    "choice_at",
+    "power_words",
 ]
 
 # Kept free at the end of the budget: the verdicts, the tables and the dashboard note with its
@@ -83,6 +85,54 @@ class ConfirmChoice:
     power: power_table.PowerAt | None = None
     slow: power_table.PowerAt | None = None
     needed: int | None = None
+
+
+def choice_at(
+    k: int, rounds: int, noise: BetweenRunNoise, afford: int | None = None
+) -> ConfirmChoice:
+    """`k` finalists for up to `rounds` rounds and the power they have at the study's measured
+    `noise` (its paired sd of a round's log ratio): the simulated power, the same with slow
+    starts, and the fewest rounds that reach `TARGET_POWER`. `afford`: the rounds the time
+    left pays for (no budget: `rounds`)."""
+    x = noise.log_sd / power_table.X1_PAIRED_SD
+    return ConfirmChoice(
+        k,
+        rounds,
+        rounds if afford is None else afford,
+        x=x,
+        df=noise.df,
+        power=power_table.power_at(k, x, rounds),
+        slow=power_table.power_at(k, x, rounds, noise=power_table.SLOW_WALK),
+        needed=power_table.rounds_for(k, x),
+    )
+
+
+def power_words(head: str, choice: ConfirmChoice, cost: str | None = None) -> str:
+    """`head` (what the confirmation runs), then the power `choice` has at the study's noise
+    and, when short of `TARGET_POWER`, what would reach it (`cost`: the time those rounds
+    take, when known)."""
+    if choice.x is None or choice.power is None or choice.slow is None:
+        return head
+    p, slow = choice.power, choice.slow
+    lo, hi = p.interval
+    bound = "at most " if p.beyond else "about "
+    level = f"x{choice.x:.1f} the fitted, over {choice.df} df"
+    if p.beyond:
+        level += f", past the table's x{power_table.POWER_LEVELS[-1]:g}"
+    power = (
+        f"{bound}{p.power:.0%} power for a true +10% (simulated, 95% interval "
+        f"{lo:.0%}-{hi:.0%}; {slow.power:.0%} with 1 start in 20 slow)"
+    )
+    target = f"{power_table.TARGET_POWER:.0%}"
+    if choice.rounds == choice.needed:
+        return f"{head}, the fewest that reach {target} at this study's noise ({level}): {power}"
+    if choice.needed is not None and choice.rounds > choice.needed:
+        return f"{head}; at this study's noise ({level}) that is {power}"
+    if choice.needed is None:
+        short = f"{target} is not reached within {power_table.POWER_CAPS[-1]} rounds at this noise"
+    else:
+        short = f"{target} needs {choice.needed} rounds" + (f", {cost}" if cost else "")
+    return f"{head}; at this study's noise ({level}) that is {power}; {short}"
 
 
 @dataclass
@@ -242,19 +292,9 @@ class Budget:
             return ConfirmChoice(0, 0, 0)
         if noise is None:
             return ConfirmChoice(k, min(afford, self.rounds), afford)
-        x = noise.log_sd / power_table.X1_PAIRED_SD
-        needed = power_table.rounds_for(k, x)
+        needed = power_table.rounds_for(k, noise.log_sd / power_table.X1_PAIRED_SD)
         rounds = needed if needed is not None and needed <= afford else afford
-        return ConfirmChoice(
-            k,
-            rounds,
-            afford,
-            x=x,
-            df=noise.df,
-            power=power_table.power_at(k, x, rounds),
-            slow=power_table.power_at(k, x, rounds, noise=power_table.SLOW_WALK),
-            needed=needed,
-        )
+        return choice_at(k, rounds, noise, afford)
 
     # ---- words ------------------------------------------------------------------------------
 
@@ -294,34 +334,12 @@ class Budget:
             f"confirmation: the budget's {left} left{at} buys the top {choice.k} and the "
             f"baseline for up to {rounds}"
         )
-        if choice.x is None or choice.power is None or choice.slow is None:
-            return head
-        p, slow = choice.power, choice.slow
-        lo, hi = p.interval
-        bound = "at most " if p.beyond else "about "
-        level = f"x{choice.x:.1f} the fitted, over {choice.df} df"
-        if p.beyond:
-            level += f", past the table's x{power_table.POWER_LEVELS[-1]:g}"
-        power = (
-            f"{bound}{p.power:.0%} power for a true +10% (simulated, 95% interval "
-            f"{lo:.0%}-{hi:.0%}; {slow.power:.0%} with 1 start in 20 slow)"
-        )
-        if choice.needed is not None and choice.rounds >= choice.needed:
-            return (
-                f"{head}, the fewest that reach {power_table.TARGET_POWER:.0%} at this study's "
-                f"noise ({level}): {power}"
-            )
-        if choice.needed is None:
-            short = (
-                f"{power_table.TARGET_POWER:.0%} is not reached within "
-                f"{power_table.POWER_CAPS[-1]} rounds at this noise"
-            )
-        else:
+        cost = None
+        if choice.needed is not None:
             # The floor start, already run, is the first round's baseline run.
             runs = (choice.k + 1) * choice.needed - 1
             cost = minutes(math.ceil(runs / max(1, self.slots)) * (run or 0.0))
-            short = f"{power_table.TARGET_POWER:.0%} needs {choice.needed} rounds, {cost}"
-        return f"{head}; at this study's noise ({level}) that is {power}; {short}"
+        return power_words(head, choice, cost)
 
     def revised_line(self, plan: BudgetPlan) -> str:
         """The plan again, on this command's measured runs."""

@@ -71,6 +71,7 @@ from tuner.study.stages.confirm_budget import (
     _left,
     _next_round,
     _over_budget,
+    fixed_power_line,
     measured_noise,
 )
 from tuner.study.stages.confirm_finalists import (
@@ -228,6 +229,9 @@ def confirm_study(
             say(note)
         if staged:
             say(finalists_line(ranked, plan.k))
+            if budget is None:  # under a budget, `_budget_plan` said the power it buys
+                noise_now = measured_noise(options.storage_url, study.study_name)
+                say(fixed_power_line(len(configs) - 1, plan.rounds, noise_now))
             # A resumed (or extended) stage first completes the rounds already begun.
             rounds = max(plan.first_look, min(_rounds_begun(study, configs), plan.rounds))
             # Configs an earlier look dropped (futile): the same looks again, on the same runs.

@@ -1,6 +1,6 @@
 """The confirmation stage under `--budget`: the finalists and rounds the time left buys, and the
 guards that queue no run the budget cannot pay for (`tuner.study.search.budget` plans the
-budget itself).
+budget itself); without a budget, the power `--confirm`'s rounds have at the study's noise.
 """
 
 from __future__ import annotations
@@ -44,6 +44,25 @@ def _budget_plan(
     if not choice.k or not choice.rounds:
         return ConfirmPlan(0, 0)
     return ConfirmPlan(min(choice.k, plan.k), choice.rounds)
+
+
+def fixed_power_line(k: int, rounds: int, noise: BetweenRunNoise) -> str:
+    """What `--confirm`'s plan (no budget) runs and the power it has at the study's measured
+    `noise`, and the rounds that would reach 80% when it falls short, e.g. "confirmation: the
+    top 2 and the baseline for up to 10 rounds (--confirm 2,10); at this study's noise (x3.9
+    the fitted, over 5 df) that is about 72% power for a true +10% (...); 80% needs 18
+    rounds, --confirm 2,18"."""
+    from tuner.study.search.budget import choice_at, power_words
+
+    choice = choice_at(k, rounds, noise)
+    head = (
+        f"confirmation: the top {k} and the baseline for up to {rounds} "
+        f"round{'s' if rounds != 1 else ''} (--confirm {k},{rounds})"
+    )
+    fix = None
+    if choice.needed is not None and choice.needed > rounds:
+        fix = f"--confirm {k},{choice.needed}"
+    return power_words(head, choice, fix)
 
 
 def measured_noise(storage_url: str, study_name: str) -> BetweenRunNoise:
