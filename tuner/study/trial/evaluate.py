@@ -10,6 +10,10 @@ This is the "trainable" of the study: it knows nothing of Optuna or Ray. Lifecyc
 4. Optionally run the plain throughput benchmark (1 and 8 streams) on the same server.
 5. Stop the server (always), and return a frozen `TrialResult`.
 
+A load sweep's request (`TrialRequest.loads`) replaces steps 3-4 with its loads, run in turn on
+the one server (`tuner.study.trial.loads.measure_loads`: one record per load, no calibration,
+probe or plain benchmark); steps 1-2 and 5, and the interrupt's handling, are the same.
+
 An interrupt (the study's Ctrl-C or SIGTERM, which reaches the worker as `should_abort`) ends
 the trial in seconds whatever it is doing: a start is given up (`Launcher.launch`'s
 `should_abort`), a ready server is stopped at once from a watcher thread (`AbortWatch`, in
@@ -37,21 +41,15 @@ from typing import Any
 
 import httpx
 
-from tuner.errors import TunerError, WorkloadStalled
+from tuner.errors import TunerError
 from tuner.metrics import energy_meter_for
-from tuner.metrics.guards import AcceptanceCollapsed
 from tuner.records import ServerStartRecord, ThroughputRecord, WorkloadRecord
 from tuner.server import FailureKind, Launcher, ServerSpec
 from tuner.server.failures import StartupFailed
 from tuner.server.launcher import StartAborted
 from tuner.study.trial.abort import Aborted, AbortWatch
-from tuner.study.trial.failures import (
-    DEATH_WAIT_S,
-    answered_requests,
-    first_failure,
-    server_errors,
-    unless_died,
-)
+from tuner.study.trial.failures import one_line, unless_died, workload_failure, workload_lost
+from tuner.study.trial.loads import measure_loads
 from tuner.study.trial.request import ThroughputPlan, TrialRequest, TrialResult
 from tuner.workload import (
     RunProgress,
@@ -181,6 +179,11 @@ def _evaluate(
             watch.check()
             if on_ready is not None:
                 on_ready(handle.facts.kv_cache_tokens, startup_s)
+            if request.loads:  # a load sweep's server: its loads in turn instead of steps 3-4
+                return measure_loads(
+                    request, handle, spec, starts, on_state=on_state, on_progress=on_progress,
+                    watch=watch, t0=t0, startup_s=startup_s, requested=requested, clamped=clamped,
+                )  # fmt: skip
             return _measure(request, handle, spec, starts, on_state, on_progress, should_stop, t0,
                             startup_s, requested, clamped, watch)  # fmt: skip
         finally:
@@ -265,58 +268,20 @@ def _measure(  # noqa: C901, PLR0913 (steps 3-5 in order, each with its abort ch
                 )
             except _Skip:
                 pass
-            except AcceptanceCollapsed as exc:
-                watch.check()  # the abort stopped the server under the workload
-                # Drafting on, accepting nothing: a broken config here, never a slow one.
-                failure_kind, failure_reason, infeasible = unless_died(
-                    handle, exc.answered_requests, "acceptance_collapsed", str(exc), True,
-                    wait_s=0.5,
-                )  # fmt: skip
-            except WorkloadStalled as exc:
-                watch.check()
-                # Alive but not finishing tasks: this config cannot serve the workload here,
-                # so it is infeasible (the sampler steers away) unless the server in fact died.
-                failure_kind, failure_reason, infeasible = unless_died(
-                    handle, exc.answered_requests, "server_stalled", f"the vLLM server {exc}", True
-                )
             except (TunerError, httpx.HTTPError) as exc:
-                watch.check()
-                failure_kind, failure_reason, infeasible = unless_died(
-                    handle,
-                    getattr(exc, "answered_requests", None),
-                    "workload_failed",
-                    f"the workload failed against the server: {exc}",
-                    False,
-                )
+                watch.check()  # the abort stopped the server under the workload
+                failure_kind, failure_reason, infeasible = workload_failure(handle, exc)
             watch.check()
             workload_s = time.monotonic() - w0
             stopped_early = (
                 workload is not None and asked_to_stop[0] and workload.tasks < planned[0]
             )
-            if workload is not None and not stopped_early and answered_requests(workload) == 0:
-                # Not one request answered: no measurement. On the vLLM CPU build the tiny
-                # hybrid's engine core dies at its first request while the API server answers
-                # HTTP 500 ("EngineCore encountered an issue") until it exits: its own cause.
-                failure_kind, failure_reason, infeasible = unless_died(
-                    handle,
-                    0,
-                    "workload_failed",
-                    "the server answered none of the workload's requests: "
-                    + first_failure(workload),
-                    False,
-                    wait_s=DEATH_WAIT_S,
-                )
+            lost = None
+            if workload is not None and not stopped_early:
+                lost = workload_lost(handle, workload)  # nothing answered, or the server died
+            if lost is not None:
+                failure_kind, failure_reason, infeasible = lost
                 workload = None
-            if workload is not None and not stopped_early and server_errors(workload):
-                # HTTP 5xx answers, then the server exits: vLLM's API server answers 500 for a
-                # moment after its engine core died. A crash, in its own words, not a config
-                # that fails some tasks; a server that lives on keeps its score.
-                death = handle.death(answered_requests(workload), wait_s=DEATH_WAIT_S)
-                if death is not None:
-                    failure_kind, failure_reason, infeasible = (
-                        death.kind, death.reason, death.infeasible,
-                    )  # fmt: skip
-                    workload = None
             if workload is not None and not stopped_early:
                 on_state("correctness probe")
                 probe = try_probe(
@@ -332,14 +297,14 @@ def _measure(  # noqa: C901, PLR0913 (steps 3-5 in order, each with its abort ch
                 except Exception as exc:
                     watch.check()
                     # Any error: the workload is measured and must survive what comes after it.
-                    notes.append(f"plain benchmark failed after the workload: {_line(exc)}")
+                    notes.append(f"plain benchmark failed after the workload: {one_line(exc)}")
                 throughput_s = time.monotonic() - t1
                 watch.check()
             on_state("stopping")
     except TunerError as exc:
         if workload is None:
             raise
-        notes.append(f"stopping the server failed after the workload: {_line(exc)}")
+        notes.append(f"stopping the server failed after the workload: {one_line(exc)}")
     starts.append(handle.record())
     return TrialResult(
         trial_number=request.trial_number,
@@ -365,11 +330,6 @@ def _measure(  # noqa: C901, PLR0913 (steps 3-5 in order, each with its abort ch
 
 class _Skip(Exception):
     """The calibration probe failed: no workload on this server."""
-
-
-def _line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
 
 
 def _preload_tokenizer(tokenizer: str | None) -> None:

@@ -2,7 +2,9 @@
 given and the frozen `TrialResult` it returns (with the plain benchmark's `ThroughputPlan`).
 
 `tuner.study.trial.evaluate.evaluate` takes the one and returns the other; the search builds
-requests (`tuner.study.search`), and records results; a backend only carries them.
+requests (`tuner.study.search`), and records results; a backend only carries them. The load
+sweep (`tuner.study.stages.load_sweep`) builds requests with `loads`: several workloads in turn on
+the one server, one record each back in `TrialResult.loads`.
 """
 
 from __future__ import annotations
@@ -46,6 +48,10 @@ class TrialRequest:
     # The study's sizing is not chosen yet: measure this server's speeds once it is ready and
     # run the scored workload at the size they pick (tuner.workload.calibration).
     sizing: SizingPlan | None = None
+    # A load sweep's server: run these workloads on it in turn, in this order, instead of
+    # `workload` (no calibration, no correctness probe, no plain benchmark); the first that
+    # fails ends the trial (`tuner.study.trial.loads`).
+    loads: tuple[WorkloadSettings, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -71,3 +77,6 @@ class TrialResult:
     notes: tuple[str, ...] = ()  # errors after the workload finished; the score stands
     calibration: Calibration | None = None  # the sizing this trial chose (request.sizing)
     node_id: str | None = None  # the Ray node that ran it (set by the Ray worker)
+    # One record per load of `TrialRequest.loads` that measured, in order (fewer than asked
+    # when one failed: `failure_kind` says why).
+    loads: tuple[WorkloadRecord, ...] = ()
