@@ -111,7 +111,11 @@ def sweep_cmd(
         schedule=schedule,
         schedule_given=parse_schedule(schedule_given),
     )
-    sweep = run_sweep(options, on_state=print_state)
+    try:
+        sweep = run_sweep(options, on_state=print_state)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the running server is stopped already
+        print_state("interrupted; run the same tuner sweep again to resume")
+        raise typer.Exit(130) from None
     print_sweep(sweep)
     if out is not None:
         from tuner.results.load_sweep_plot import sweep_png

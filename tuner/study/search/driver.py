@@ -78,6 +78,7 @@ __all__ = [
     "open_study",
     "optimize",
     "request_factory",
+    "resolve_model",
     "run_waiting",
 ]
 
@@ -157,7 +158,9 @@ def request_factory(
     return make
 
 
-def _model_path(preset: Preset, cache_dir: Path, say: Callable[[str], None] | None = None) -> str:
+def resolve_model(preset: Preset, cache_dir: Path, say: Callable[[str], None] | None = None) -> str:
+    """What `vllm serve` loads for the preset: a test model built into the cache (said on
+    `say`, else stderr, while it builds), else the preset's checkpoint."""
     if preset.model.prepare:
         if preset.model.prepare not in MODEL_NAMES:
             raise ConfigError(f"preset names unknown test model {preset.model.prepare!r}")
@@ -288,7 +291,7 @@ def study_plan(
         storage_url=options.storage_url,
         study_name=options.study_name,
         cache_dir=options.cache_dir,
-        model_path=lambda p: _model_path(
+        model_path=lambda p: resolve_model(
             p, options.cache_dir, options.progress.say if options.progress is not None else None
         ),
         full_space=options.full_space,

@@ -1,8 +1,13 @@
 """`tuner sweep`: the finalists of a study measured at several agent counts.
 
 After the search (and the confirmation rounds, when they ran), the baseline and the top
-candidates each get one fresh `vllm serve` (`tuner.server.Launcher`) on which the agent
-workload (`tuner.workload.run_workload_sync`) runs at every agent count in turn, lowest first.
+candidates each get one fresh `vllm serve` on which the agent workload runs at every agent
+count in turn, lowest first. Each config is one `TrialRequest` with its `loads`, evaluated as a
+search trial is (`tuner.study.trial.evaluate.evaluate` on a Ray worker, through
+`tuner.study.stages.sweep_workers.SweepWorkers`): the same start (Ray placement, the Mamba
+clamp-and-retry), the same reading of a failed workload and a dead server, the same stop, and
+an interrupt that stops the server within seconds. A config whose `max_num_seqs` was clamped
+records the command that ran (`SweptConfig.serve_command`) and both starts.
 Every load plays its own task set (seed `workload.seed + 1000 x agents`), the same for every
 config: configs are compared task by task at one load, and a later load on the same server does
 not hit prompts that an earlier one cached. Warm-up tasks run before the first load only.
@@ -21,22 +26,21 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final
 
-import httpx
 import optuna
 from optuna.trial import FrozenTrial
 
 from tuner.attrs import Role, TrialAttr, is_feasible, role_from
-from tuner.errors import StudyError, TunerError
-from tuner.models import MODEL_NAMES, prepare
+from tuner.errors import StudyError
 from tuner.records import WorkloadRecord
 from tuner.results import load_results
 from tuner.results.decision import study_noise
 from tuner.results.load_sweep import SWEEP_ATTR, LoadPoint, LoadSweep, SweptConfig, sweep_from_attrs
-from tuner.server import Launcher, ServerSpec, SpeculativeSpec
-from tuner.server.failures import StartupFailed
+from tuner.server import ServerSpec, SpeculativeSpec
 from tuner.storage import Store, normalize_url
+from tuner.study.search.driver import resolve_model
 from tuner.study.space import Preset
-from tuner.workload import run_workload_sync
+from tuner.study.stages.sweep_workers import SweepWorkers
+from tuner.study.trial.request import ThroughputPlan, TrialRequest
 
 __all__ = [
     "SWEEP_TABLE_SUFFIX",
@@ -196,88 +200,86 @@ def _point(record: WorkloadRecord, run_id: int | None) -> LoadPoint:
     )
 
 
-def _model_path(preset: Preset, cache_dir: Path) -> str:
-    # As the study driver resolves it: a test model is built into the cache.
-    name = preset.model.prepare
-    if name:
-        if name not in MODEL_NAMES:
-            raise StudyError(f"preset names unknown test model {name!r}")
-        return str(prepare(name, cache_dir))
-    return preset.model.checkpoint
-
-
-def measure_config(
+def _request(
     finalist: Finalist,
     *,
     preset: Preset,
     agents: Sequence[int],
     tasks: int,
     model_path: str,
-    store: Store,
     study_name: str,
     cache_dir: Path,
     index: int,
+) -> TrialRequest:
+    """The finalist's server with every load to run on it, lowest first.
+
+    Every load plays its own task set (seed stride), warm-up before the first load only: the
+    later loads find the server warm already.
+    """
+    loads = tuple(
+        preset.workload.model_copy(
+            update={
+                "agents": n,
+                "tasks": tasks,
+                "seed": preset.workload.seed + _SEED_STRIDE * n,
+                "warmup_tasks": preset.workload.warmup_tasks if i == 0 else 0,
+            }
+        )
+        for i, n in enumerate(sorted(agents))
+    )
+    return TrialRequest(
+        # The trial's logs go under this name (cache/logs/<study>:load-sweep), as its rows do.
+        study_name=study_name + SWEEP_TABLE_SUFFIX,
+        trial_number=index,
+        params=finalist.params,
+        spec=_spec(preset, finalist, model_path),
+        workload=loads[0],
+        cache_dir=str(cache_dir),
+        startup_timeout_s=preset.startup_timeout_s,
+        throughput=ThroughputPlan(streams=()),
+        tokenizer=model_path if Path(model_path).is_dir() else None,
+        loads=loads,
+    )
+
+
+def measure_config(
+    finalist: Finalist,
+    request: TrialRequest,
+    *,
+    store: Store,
+    workers: SweepWorkers,
     on_state: Callable[[str], None] = lambda _s: None,
 ) -> SweptConfig:
-    """One fresh server for `finalist`, the workload at each agent count, the server stopped."""
-    spec = _spec(preset, finalist, model_path)
+    """One fresh server for `finalist` on the sweep's worker (`evaluate()`, as a trial's), the
+    workload at each of `request.loads`, the server stopped; its rows stored."""
+    index = request.trial_number
     label = _label(finalist)
-    table_key = study_name + SWEEP_TABLE_SUFFIX
-    launcher = Launcher(
-        log_dir=cache_dir / "logs" / table_key, state_dir=cache_dir / "run", cache_dir=cache_dir
+    on_state(f"{finalist.key} {label}: starting a fresh server")
+    result = workers.run(request, lambda state: on_state(f"{finalist.key} {label}: {state}"))
+    table_key = request.study_name
+    start_id = None
+    for start in result.server_starts:  # two when Mamba blocks clamped max_num_seqs
+        start_id = store.add_server_start(table_key, index, start)
+    points = tuple(
+        _point(r, store.add_workload_run(table_key, index, r, server_start_id=start_id))
+        for r in result.loads
     )
-    common = dict(
+    started = result.server_starts[-1] if result.server_starts else None
+    if started is not None and started.failure_kind is not None:
+        started = None  # it never served: the failure is its start's
+    failure = result.failure_reason
+    if failure is not None and started is not None and len(points) < len(request.loads):
+        failure = f"at {request.loads[len(points)].agents} agent(s): {failure}"
+    return SweptConfig(
         key=finalist.key,
         label=label,
         trial_number=finalist.trial_number,
         params=finalist.params,
-        serve_command=spec.serve_command(),
+        # What ran: the clamped max_num_seqs when Mamba blocks ran short.
+        serve_command=result.spec.serve_command(),
         is_baseline=finalist.is_baseline,
         schedule=finalist.schedule,
-    )
-    on_state(f"{finalist.key} {label}: starting a fresh server")
-    try:
-        handle = launcher.launch(spec, timeout_s=preset.startup_timeout_s)
-    except StartupFailed as exc:
-        store.add_server_start(table_key, index, exc.failure.record())
-        return SweptConfig(**common, failure=exc.failure.summary())  # type: ignore[arg-type]
-    tokenizer = model_path if Path(model_path).is_dir() else None
-    served = spec.served_model_name or spec.model
-    records: list[WorkloadRecord] = []
-    failure = None
-    with handle:
-        for i, n in enumerate(agents):
-            on_state(f"{finalist.key} {label}: {n} agent(s)")
-            settings = preset.workload.model_copy(
-                update={
-                    "agents": n,
-                    "tasks": tasks,
-                    "seed": preset.workload.seed + _SEED_STRIDE * n,
-                    # Warm-up once per server: the later loads find it warm already.
-                    "warmup_tasks": preset.workload.warmup_tasks if i == 0 else 0,
-                }
-            )
-            try:
-                records.append(
-                    run_workload_sync(
-                        handle.base_url,
-                        served,
-                        settings,
-                        tokenizer=tokenizer,
-                        block_size=handle.facts.block_size,
-                    )
-                )
-            except (TunerError, httpx.HTTPError) as exc:
-                failure = f"the workload failed at {n} agent(s): {exc}"
-                break
-    start_id = store.add_server_start(table_key, index, handle.record())
-    points = tuple(
-        _point(r, store.add_workload_run(table_key, index, r, server_start_id=start_id))
-        for r in records
-    )
-    return SweptConfig(
-        **common,  # type: ignore[arg-type]
-        kv_cache_tokens=handle.facts.kv_cache_tokens,
+        kv_cache_tokens=started.facts.kv_cache_tokens if started is not None else None,
         failure=failure,
         points=points,
     )
@@ -315,44 +317,40 @@ def run_sweep(
     finalists = choose_finalists(study.get_trials(deepcopy=False), options.top)
     store = Store(options.storage_url)
     ran = 0
+    workers = SweepWorkers(gpus_per_slot=preset.gpu.gpus_per_slot, cache_dir=options.cache_dir)
     try:
-        model_path = _model_path(preset, options.cache_dir)
-        for round_ in ("finalists", "schedule"):
-            if round_ == "schedule":
-                if not options.schedule and options.schedule_given is None:
-                    break
-                derived = schedule_finalist(sweep, options.schedule_given)
-                if derived is None:
-                    on_state("no depth schedule: one static config wins at every load")
-                    break
-                finalists = [derived]
-            for finalist in finalists:
-                existing = next((c for c in sweep.configs if c.key == finalist.key), None)
-                if _complete(existing, agents) and (
-                    existing is None or existing.schedule == finalist.schedule
-                ):
-                    continue
-                if options.limit is not None and ran >= options.limit:
-                    return sweep
-                index = (
-                    sweep.configs.index(existing) if existing is not None else len(sweep.configs)
-                )
-                store.delete_trial(study.study_name + SWEEP_TABLE_SUFFIX, index)
-                config = measure_config(
-                    finalist,
-                    preset=preset,
-                    agents=agents,
-                    tasks=tasks,
-                    model_path=model_path,
-                    store=store,
-                    study_name=study.study_name,
-                    cache_dir=options.cache_dir,
-                    index=index,
-                    on_state=on_state,
-                )
-                ran += 1
-                sweep = sweep.with_config(config)
-                study.set_user_attr(SWEEP_ATTR, sweep.to_json())
+        with workers:
+            model_path = resolve_model(preset, options.cache_dir, say=on_state)
+            for round_ in ("finalists", "schedule"):
+                if round_ == "schedule":
+                    if not options.schedule and options.schedule_given is None:
+                        break
+                    derived = schedule_finalist(sweep, options.schedule_given)
+                    if derived is None:
+                        on_state("no depth schedule: one static config wins at every load")
+                        break
+                    finalists = [derived]
+                for finalist in finalists:
+                    existing = next((c for c in sweep.configs if c.key == finalist.key), None)
+                    if _complete(existing, agents) and (
+                        existing is None or existing.schedule == finalist.schedule
+                    ):
+                        continue
+                    if options.limit is not None and ran >= options.limit:
+                        return sweep
+                    index = len(sweep.configs)
+                    if existing is not None:
+                        index = sweep.configs.index(existing)
+                    store.delete_trial(study.study_name + SWEEP_TABLE_SUFFIX, index)
+                    request = _request(finalist, preset=preset, agents=agents, tasks=tasks,
+                                       model_path=model_path, study_name=study.study_name,
+                                       cache_dir=options.cache_dir, index=index)  # fmt: skip
+                    config = measure_config(
+                        finalist, request, store=store, workers=workers, on_state=on_state
+                    )
+                    ran += 1
+                    sweep = sweep.with_config(config)
+                    study.set_user_attr(SWEEP_ATTR, sweep.to_json())
     finally:
         store.close()
     return sweep
