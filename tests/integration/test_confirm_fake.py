@@ -187,6 +187,10 @@ def test_a_futile_config_is_dropped_and_the_stage_stops_when_none_can_gain(
     assert rounds[copy] == list(range(len(rounds[copy]))) and 3 <= len(rounds[copy]) < 8
     assert rounds[0] == rounds[copy]  # every round (round 0's is the floor start)
     assert any(f"one more round without #{slow}" in line for line in lines), lines
+    # Without a budget the stage says the power its --confirm rounds have at the study's noise.
+    power = [line for line in lines if line.startswith("confirmation: the top 2 and the")]
+    assert len(power) == 1 and "(--confirm 2,8)" in power[0], lines
+    assert "power for a true +10% (simulated" in power[0], power
     assert summary.stopped is not None and "no config can still beat" in summary.stopped[1]
     # Its verdict stands on the rounds it ran.
     verdict = judge_study(load_results(options.storage_url, "fake"))[slow]
