@@ -2,12 +2,15 @@
 
 The loop (`tuner.study.search.loop.StudyLoop`) owns everything Optuna: the sampler, the pruner rule,
 duplicates, constraints, the budget and every database write. A backend only runs
-`TrialRequest`s and reports on them. Two exist:
+`TrialRequest`s and reports on them. Four exist (tests/integration/test_trial_backend_contract.py
+holds each to the clauses below):
 
 - `tuner.study.trial.workers.RayBackend`: one Ray actor per GPU slot, each starting a real
-  `vllm serve` (what `tuner optimize` uses);
-- a simulated backend (benchmarks/) that answers from recorded trials on a simulated clock, so
-  hundreds of seeded studies replay in minutes with the same loop.
+  `vllm serve` (what `tuner optimize` and the load sweep use);
+- `tuner.study.search.sizing_backend.SizingBackend`, which wraps any backend for the driver;
+- `tuner.testing.scripted_backend.ScriptedBackend`, trials scripted on a simulated clock for tests;
+- the grid replay (benchmarks/_grid_replay.py) that answers from recorded trials on a simulated
+  clock, so hundreds of seeded studies replay in minutes with the same loop.
 
 The protocol, as the loop uses it:
 
