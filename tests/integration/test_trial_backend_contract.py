@@ -6,7 +6,8 @@ whatever runs its trials; each test below states one clause of it and runs again
 backend: `ScriptedBackend` (tuner.testing), `SizingBackend` wrapping it (what the driver wraps
 its backend in), the recorded grid's replay (benchmarks/_grid_replay.py), and `RayBackend` with
 its workers starting the fake vLLM (`tuner.testing.fake_vllm`, a named fake) on local Ray with
-two fake GPUs, bare and wrapped in `SizingBackend` as `tuner optimize` runs it (marked `ray`).
+two fake GPUs, bare and wrapped in `SizingBackend` as `tuner optimize` runs it
+(marked `ray` and `extended`: out of CI).
 A clause that cannot apply to a backend is skipped in the parametrization with its reason.
 
 The tests drive a backend as the loop does: `submit` on idle slots, then `wait(poll_s)` and
@@ -236,7 +237,7 @@ def backends(**skips: str) -> list[Any]:
     to it (keyed by its name with "_" for " ")."""
     out = []
     for name in BACKENDS:
-        marks: list[Any] = [pytest.mark.ray] if name in RAY else []
+        marks: list[Any] = [pytest.mark.ray, pytest.mark.extended] if name in RAY else []
         reason = skips.get(name.replace(" ", "_"))
         if reason is not None:
             marks.append(pytest.mark.skip(reason=reason))
