@@ -37,21 +37,32 @@ K, `tuner.study.stages.confirm_rounds.round_order` orders each round, and after 
 `tuner.results.export.choose_export`, all the product's own code.
 
 The power table (`--power-table`, `power_table`): the same studies over a grid of noise levels
-(x1-x6), round caps (1-20) and finalists (1, 2), with the fitted noise and with slow starts and
+(x1-x6), round caps (1-30) and finalists (1-4), with the fitted noise and with slow starts and
 a random walk on top (`SLOW_WALK`): power for a true +10% and false wins among copies, each
-with its Wilson 95% interval from the study count. It is written to
-benchmarks/data/decision-sim-power.json; the product reads its copy of it
-(`tuner.study.search.power`, which a unit test checks against the file) to choose the rounds a
-budget buys, and docs/decision-sim.md shows it.
+with its Wilson 95% interval from the study count. A cell's studies are seeded by the cell
+alone, so a run keeps the file's cells and draws only the missing ones (`--jobs` at a time). It
+is written to benchmarks/data/decision-sim-power.json; the product reads its copy of it
+(`tuner.study.search.power`, which a unit test checks against the file) to choose the
+finalists and rounds a budget buys, and docs/decision-sim.md shows it.
 
-    python -m benchmarks.decision_sim                 # 1000 studies a cell, a few minutes
+The budget's goal (`--budget-goal`, `budget_goal`): at every level, the plan a budget that pays
+for it picks (`tuner.study.search.power.plan_for` on the product's copy: the cheapest
+finalists and rounds that reach 80% with slow starts), drawn with slow starts and a random
+walk: power, false wins and runs, written to benchmarks/data/decision-sim-budget.json and
+checked by CI (issue 44's goal at x4.25). `--render` writes the doc again from its own JSON
+block and the two files, without the main tables' hour.
+
+    python -m benchmarks.decision_sim                 # 1000 studies a cell, about an hour
     python -m benchmarks.decision_sim --studies 200 --no-write
-    python -m benchmarks.decision_sim --power-table --studies 300
+    python -m benchmarks.decision_sim --power-table --studies 300 --jobs 2
+    python -m benchmarks.decision_sim --budget-goal --studies 1000 --jobs 2
+    python -m benchmarks.decision_sim --render
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import random
@@ -91,6 +102,7 @@ ROOT = Path(__file__).resolve().parent.parent
 GRID = ROOT / "benchmarks" / "data" / "grid-smollm2-135m-cpu.json"
 OUT = ROOT / "docs" / "decision-sim.md"
 POWER_OUT = ROOT / "benchmarks" / "data" / "decision-sim-power.json"
+BUDGET_OUT = ROOT / "benchmarks" / "data" / "decision-sim-budget.json"
 BASELINE = {"method": "none", "kv_cache_memory_bytes": 2_000_000_000, "max_num_seqs": 8}
 GOAL_FALSE_WIN = 0.05
 GOAL_WRONG = 0.10
@@ -105,8 +117,10 @@ SCENARIOS = {"aa": (1.0,) * 5, "power": (TRUE_GAIN, 1.0, 1.0, 1.0, 1.0), "mixed"
 LEVELS = (1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0)
 # The power table's grid (`power_table`): noise levels, round caps and finalists.
 POWER_LEVELS = (1.0, 2.0, 3.0, 4.0, 6.0)
-POWER_CAPS = (1, 2, 3, 5, 10, 15, 20)
-POWER_K = (1, 2)
+POWER_CAPS = (1, 2, 3, 5, 10, 15, 20, 30)
+# Up to 4 finalists: at x4.25 with slow starts one search run per config leaves the true best out
+# of the top 2 in about a quarter of the studies, so no cap of rounds of 2 reaches 80%.
+POWER_K = (1, 2, 3, 4)
 # Issue 44's goal cell: the recorded boxes sit at about x3.9-x4.3 of the fitted noise; there,
 # with slow starts and a random walk (`SLOW_WALK`), false wins <= 5% and power >= 80%.
 STRESS_LEVEL = 4.25
@@ -291,6 +305,7 @@ FITTED = Stress()
 SLOW_WALK = Stress("slow+walk", slow=0.05, walk=1.0)
 # Nothing from the recordings: a per-study sd over 3-15%, slow starts, walk, curve and AR(1).
 INDEPENDENT = Stress("independent", slow=0.05, walk=1.0, curve=1.0, ar=0.5, study_sd=(0.03, 0.15))
+_STRESSES = {st.name: st for st in (FITTED, SLOW_WALK, INDEPENDENT)}
 
 
 class _Machine:
@@ -474,24 +489,63 @@ def power_cell(
     return cell
 
 
-def power_table(studies: int, *, seed: int = 0) -> dict[str, Any]:
+def _power_cell_job(job: tuple[int, int, float, int, int, str]) -> dict[str, Any]:
+    k, rounds, x, studies, seed, stress = job
+    return power_cell(k, rounds, x, studies, seed=seed, stress=_STRESSES[stress])
+
+
+def power_table(
+    studies: int, *, seed: int = 0, jobs: int = 1, previous: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """The power table over `POWER_LEVELS` x `POWER_CAPS` x `POWER_K`, with the fitted noise
-    and with `SLOW_WALK` on top (what `--power-table` writes)."""
-    t0, cpu0 = time.monotonic(), time.process_time()
+    and with `SLOW_WALK` on top (what `--power-table` writes).
+
+    Each cell's studies are seeded by the cell alone (`power_cell`), so a cell of `previous`
+    (the file as it was, at the same seed and study count) is the cell this run would draw:
+    it is kept, and only the missing cells are simulated, `jobs` at a time ("drawn" lists
+    each run's cells, wall seconds and processes)."""
+    t0 = time.monotonic()
+    reuse: dict[tuple[str, int, int, float], dict[str, Any]] = {}
+    if previous and previous.get("seed") == seed and previous.get("studies") == studies:
+        for name, cells in previous["tables"].items():
+            for c in cells:
+                reuse[(name, c["k"], c["rounds"], c["x"])] = c
+    grid = [
+        (stress.name, k, rounds, x)
+        for stress in (FITTED, SLOW_WALK)
+        for k in POWER_K
+        for x in POWER_LEVELS
+        for rounds in POWER_CAPS
+    ]
+    todo = [
+        (k, r, x, studies, seed, name) for name, k, r, x in grid if (name, k, r, x) not in reuse
+    ]
+    print(f"{len(grid)} cells, {len(grid) - len(todo)} kept from the file, {len(todo)} to draw")
+    done: dict[tuple[str, int, int, float], dict[str, Any]] = {}
+    with contextlib.ExitStack() as stack:
+        if jobs > 1:
+            import multiprocessing
+
+            pool = stack.enter_context(multiprocessing.get_context("fork").Pool(jobs))
+            results = pool.imap(_power_cell_job, todo)
+        else:
+            results = map(_power_cell_job, todo)
+        for job, cell in zip(todo, results, strict=True):
+            k, rounds, x, _, _, name = job
+            done[(name, k, rounds, x)] = cell
+            print(
+                f"{name} K={k} x{x:g} cap {rounds}: power {_pct(cell['power']['rate'])}, "
+                f"false wins {_pct(cell['false_win']['rate'])}",
+                flush=True,
+            )
     tables: dict[str, list[dict[str, Any]]] = {}
-    for stress in (FITTED, SLOW_WALK):
-        cells = tables.setdefault(stress.name, [])
-        for k in POWER_K:
-            for x in POWER_LEVELS:
-                for rounds in POWER_CAPS:
-                    cell = power_cell(k, rounds, x, studies, seed=seed, stress=stress)
-                    cells.append(cell)
-                    print(
-                        f"{stress.name} K={k} x{x:g} cap {rounds}: power "
-                        f"{_pct(cell['power']['rate'])}, false wins "
-                        f"{_pct(cell['false_win']['rate'])}",
-                        flush=True,
-                    )
+    for key in grid:
+        tables.setdefault(key[0], []).append(done.get(key) or reuse[key])
+    runs = list((previous or {}).get("drawn", [])) if reuse else []
+    if not runs and reuse and previous:
+        runs = [{"cells": len(reuse), "seconds": previous.get("seconds"), "jobs": 1}]
+    if todo:
+        runs.append({"cells": len(todo), "seconds": round(time.monotonic() - t0, 1), "jobs": jobs})
     return {
         "command": f"python -m benchmarks.decision_sim --power-table --studies {studies}"
         + (f" --seed {seed}" if seed else ""),
@@ -504,8 +558,8 @@ def power_table(studies: int, *, seed: int = 0) -> dict[str, Any]:
         "seed": seed,
         "seeds": "random.Random('power-{seed}-{noise}-{k}-{rounds}-{x}-{scenario}')",
         "studies": studies,
-        "seconds": round(time.monotonic() - t0, 1),
-        "cpu_seconds": round(time.process_time() - cpu0, 1),
+        "seconds": round(sum(r["seconds"] or 0 for r in runs), 1),
+        "drawn": runs,
         "true_gain": TRUE_GAIN,
         "x1_paired_sd": round(paired_sd(1.0), 4),
         "x1_between_start_sd": model()["reference"]["between_start_sd"],
@@ -516,6 +570,111 @@ def power_table(studies: int, *, seed: int = 0) -> dict[str, Any]:
         "noises": {st.name: st.label() for st in (FITTED, SLOW_WALK)},
         "tables": tables,
     }
+
+
+def budget_plan_at(x: float) -> tuple[int, int, bool]:
+    """(finalists, rounds, reached) that a budget which pays for them picks at level `x`: the
+    product's `plan_for` on its own copy of the table (the cheapest plan of at most the table's
+    largest K reaching 80% with slow starts), else its plan of most power (`reached` False)."""
+    from tuner.study.search import power as product
+
+    k_max = max(product.CONFIRM_POWER[product.SLOW_WALK])
+    plan = product.plan_for(x, k_max)
+    if plan is not None:
+        return plan[0], plan[1], True
+    k, rounds = product.best_within(min(x, product.POWER_LEVELS[-1]), k_max, 10**6)
+    return k, rounds, False
+
+
+def budget_goal(studies: int, *, seed: int = 0, jobs: int = 1) -> dict[str, Any]:
+    """Issue 44's goal under the plan a budget picks when the time left pays for 80%
+    (`budget_plan_at`): at every level of `LEVELS` and at `STRESS_LEVEL`, with slow starts and
+    a random walk (`SLOW_WALK`), power for a true +10% and false wins among copies, each over
+    `studies` studies (`power_cell`'s seeds, so a cell is the power table's where they meet)."""
+    t0 = time.monotonic()
+    levels = sorted({*LEVELS, STRESS_LEVEL})
+    plans = {x: budget_plan_at(x) for x in levels}
+    todo = [(plans[x][0], plans[x][1], x, studies, seed, SLOW_WALK.name) for x in levels]
+    with contextlib.ExitStack() as stack:
+        if jobs > 1:
+            import multiprocessing
+
+            pool = stack.enter_context(multiprocessing.get_context("fork").Pool(jobs))
+            cells = list(pool.imap(_power_cell_job, todo))
+        else:
+            cells = [_power_cell_job(job) for job in todo]
+    rows = []
+    for x, cell in zip(levels, cells, strict=True):
+        rows.append({**cell, "reached_in_table": plans[x][2], "paired_sd": round(paired_sd(x), 4)})
+        print(
+            f"x{x:g}: top {cell['k']} for up to {cell['rounds']} rounds: power "
+            f"{_pct(cell['power']['rate'])}, false wins {_pct(cell['false_win']['rate'])}, "
+            f"runs {cell['runs_power']:.1f} (+10%), {cell['runs_aa']:.1f} (copies)",
+            flush=True,
+        )
+    at = [r for r in rows if r["x"] == STRESS_LEVEL]
+    return {
+        "command": f"python -m benchmarks.decision_sim --budget-goal --studies {studies}"
+        + (f" --seed {seed}" if seed else ""),
+        "what": (
+            "the plan a budget that pays for it picks (tuner.study.search.power.plan_for on the "
+            "product's copy of the power table, slow+walk, at most its largest K), simulated "
+            "with slow starts and a random walk at each level: power for a true +10% among "
+            "four copies, false wins among five copies, mean server runs (search, floor start "
+            "and confirmation)"
+        ),
+        "seed": seed,
+        "studies": studies,
+        "seconds": round(time.monotonic() - t0, 1),
+        "noise": SLOW_WALK.label(),
+        "stress_level": STRESS_LEVEL,
+        "rows": rows,
+        "goals": {"false_win_at_most": GOAL_FALSE_WIN, "power_at_least": GOAL_POWER},
+        "met": {
+            "false_wins": all(r["false_win"]["rate"] <= GOAL_FALSE_WIN for r in rows),
+            "power": bool(at) and all(r["power"]["rate"] >= GOAL_POWER for r in at),
+        },
+    }
+
+
+def _budget_section(goal: dict[str, Any] | None) -> list[str]:
+    """The doc's section on what 80% at x4.25 costs (decision-sim-budget.json)."""
+    if goal is None:
+        return []
+    lines = [
+        "## What 80% power with slow starts costs: the plan a budget picks (issue 44)",
+        "",
+        f"Written by `{goal['command']}` (seed {goal['seed']}, {goal['studies']} studies a "
+        f"level and scenario, {goal['seconds']:.0f} s on a 2-core box, "
+        f"`{BUDGET_OUT.relative_to(ROOT)}`). At each level the plan is the one `--budget` "
+        "picks when the time left pays for it (`tuner.study.search.power.plan_for` on the "
+        "table above, slow+walk: the cheapest finalists and rounds, fewest runs, that reach "
+        "80%; where none does, the plan of most power in the table); every study is drawn "
+        f"with {goal['noise']}. Runs: every server start of a study (6 search trials, the "
+        "floor start, the confirmation), mean over the studies.",
+        "",
+        "| noise | paired sd | plan (--confirm K,cap) | power (+10%) | false wins (A/A) "
+        "| mean runs (+10%, A/A) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in goal["rows"]:
+        p, f = r["power"], r["false_win"]
+        reached = "" if r["reached_in_table"] else " (80% not in the table: its most power)"
+        lines.append(
+            f"| x{r['x']:g} | {r['paired_sd']:.3f} | {r['k']},{r['rounds']}{reached} | "
+            f"{100 * p['rate']:.1f}% ({100 * p['ci95'][0]:.1f}-{100 * p['ci95'][1]:.1f}%) | "
+            f"{100 * f['rate']:.1f}% ({100 * f['ci95'][0]:.1f}-{100 * f['ci95'][1]:.1f}%) | "
+            f"{r['runs_power']:.1f}, {r['runs_aa']:.1f} |"
+        )
+    met = goal["met"]
+    lines += [
+        "",
+        f"Goals (issue 44, with the plan a budget picks): false wins <= 5% at every level: "
+        f"{'met' if met['false_wins'] else 'NOT met'}; power >= 80% at "
+        f"x{goal['stress_level']:g}: {'met' if met['power'] else 'NOT met'}.",
+        "",
+    ]
+    return lines
 
 
 def power_markdown(data: dict[str, Any]) -> list[str]:
@@ -591,11 +750,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=OUT, help="The markdown to write.")
     power = f"Write the power table ({POWER_OUT.relative_to(ROOT)}) instead of the doc."
     parser.add_argument("--power-table", action="store_true", help=power)
+    parser.add_argument(
+        "--jobs", type=int, default=1, help="Power-table cells drawn at once (processes)."
+    )
+    goal = f"Write the budget plan's goal check ({BUDGET_OUT.relative_to(ROOT)})."
+    parser.add_argument("--budget-goal", action="store_true", help=goal)
+    render = "Write the doc again from its own JSON block and the two files (no simulation)."
+    parser.add_argument("--render", action="store_true", help=render)
     args = parser.parse_args(argv)
+    if args.render:
+        args.out.write_text(_render(args.out.read_text()))
+        print(f"wrote {args.out}")
+        return 0
+    if args.budget_goal:
+        result = budget_goal(args.studies, seed=args.seed, jobs=args.jobs)
+        print("\n".join(_budget_section(result)))
+        if not args.no_write:
+            BUDGET_OUT.write_text(json.dumps(result, indent=1) + "\n")
+            print(f"wrote {BUDGET_OUT}")
+        return 0
     if args.power_table:
-        table = power_table(args.studies, seed=args.seed)
+        previous = json.loads(POWER_OUT.read_text()) if POWER_OUT.exists() else None
+        table = power_table(args.studies, seed=args.seed, jobs=args.jobs, previous=previous)
         print("\n".join(power_markdown(table)))
-        print(f"{table['seconds']:.0f} s, {table['cpu_seconds']:.0f} s of CPU")
+        print(f"{table['seconds']:.0f} s over {len(table['drawn'])} run(s): {table['drawn']}")
         if not args.no_write:
             POWER_OUT.write_text(json.dumps(table, indent=1) + "\n")
             print(f"wrote {POWER_OUT}")
@@ -687,6 +865,20 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _drawn(power: dict[str, Any]) -> str:
+    """How the table's cells were drawn: seconds, cells and processes of each run."""
+    runs = power.get("drawn") or [{"cells": None, "seconds": power["seconds"], "jobs": 1}]
+    parts = [
+        f"{r['seconds']:.0f} s"
+        + (f" for {r['cells']} cells" if r.get("cells") is not None else "")
+        + f" in {r.get('jobs', 1)} process{'es' if r.get('jobs', 1) != 1 else ''}"
+        for r in runs
+    ]
+    return " and ".join(parts) + (
+        " (a cell's studies are seeded by the cell alone)" if len(runs) > 1 else ""
+    )
+
+
 def _power_section(power: dict[str, Any] | None) -> list[str]:
     """The power table's section of the doc (from benchmarks/data/decision-sim-power.json)."""
     if power is None:
@@ -696,7 +888,7 @@ def _power_section(power: dict[str, Any] | None) -> list[str]:
         "## The power a confirmation buys (what `--budget` reads)",
         "",
         f"Written by `{power['command']}` (seed {power['seed']}, {power['studies']} studies a "
-        f"cell and scenario, {power['seconds']:.0f} s on one core of a shared 2-core box, "
+        f"cell and scenario, {_drawn(power)} on a 2-core box, "
         f"`{POWER_OUT.relative_to(ROOT)}`; this doc only copies it). Power: the share of "
         "studies that export a candidate truly x1.10 among four copies of the baseline; false "
         "wins: the share of studies of five copies that export one; both through the shipped "
@@ -704,19 +896,29 @@ def _power_section(power: dict[str, Any] | None) -> list[str]:
         f"{power['x1_paired_sd']}), with the fitted noise alone and with 5% of starts at x0.75 "
         "and a random walk on top. Each figure's 95% interval is about "
         f"+-{half:.0f} points at 50% (the file has each cell's Wilson interval). Under "
-        "`--budget` the confirmation stage reads the fitted table at the study's measured "
-        "noise (`tuner.study.search.power`): the fewest rounds that reach 80% if the time "
-        "left pays for them, else the most it pays for, and its plan line says the power "
-        "both tables give.",
+        "`--budget` the confirmation stage reads the slow-start table at the study's measured "
+        "noise (`tuner.study.search.power.plan_for`): the cheapest finalists and rounds "
+        "(fewest runs) that reach 80% if the time left pays for them, else the plan of most "
+        "power it pays for, and its line says the power both tables give.",
         "",
         *power_markdown(power),
         "",
     ]
 
 
+def _render(doc: str) -> str:
+    """The doc again from the JSON block a full run left in it (the main tables' data) and the
+    power and budget files as they are now: `--render`, after `--power-table` or
+    `--budget-goal`, without the hour the main tables take."""
+    data = json.loads(doc[doc.rindex("```json\n") + 8 : doc.rindex("```")])
+    power = json.loads(POWER_OUT.read_text()) if POWER_OUT.exists() else None
+    return _markdown(_table(data["rows"]), data, _table(data["stressed_rows"]), power)
+
+
 def _markdown(
     table: list[str], data: dict[str, Any], stressed: list[str], power: dict[str, Any] | None = None
 ) -> str:
+    goal = json.loads(BUDGET_OUT.read_text()) if BUDGET_OUT.exists() else None
     x1 = data["x1"]
     plan = data["default_plan"]
     return "\n".join(
@@ -779,6 +981,7 @@ def _markdown(
             f"{'met' if data['goals_met']['stressed_power'] else 'NOT met'}.",
             "",
             *_power_section(power),
+            *_budget_section(goal),
             "```json",
             json.dumps(data, indent=2),
             "```",

@@ -291,47 +291,90 @@ def _noise(sd: float) -> BetweenRunNoise:
 
 
 @pytest.mark.usefixtures("hand_table")
+def test_the_cheapest_plan_that_reaches_the_target_chooses_finalists_and_rounds() -> None:
+    from tuner.study.search.power import best_within, plan_for
+
+    # The fitted table at x1: 1 finalist reaches 80% at 6 rounds (12 runs: a round is the
+    # baseline and the finalists); 2 finalists first at 5 rounds ((0.7 + 1.0) / 2 = 0.85, 15
+    # runs). The cheaper is 1 finalist for 6 rounds.
+    assert plan_for(1.0, 2, noise="fitted") == (1, 6)
+    # At most 1 finalist: the same plan; under 12 runs none fits.
+    assert plan_for(1.0, 1, noise="fitted") == (1, 6)
+    assert plan_for(1.0, 2, 11, noise="fitted") is None
+    # The slow table (the default) at x1: 1 finalist never reaches 80% (0.5 at most), 2 at 10.
+    assert plan_for(1.0, 2) == (2, 10)
+    assert plan_for(1.0, 1) is None
+    # Past the table's noisiest level its power is a bound: no plan is promised.
+    assert plan_for(4.5, 2, noise="fitted", target=0.01) is None
+    # The most power 11 runs buy at x1, fitted: 1 finalist for 5 rounds reads (0.6 + 0.8) / 2
+    # = 0.7; 2 for 3 rounds (0.3 + 0.7) / 2 = 0.5. Two runs buy one round of one finalist
+    # (read at the smallest cap, 0.2), one run nothing.
+    assert best_within(1.0, 2, 11, noise="fitted") == (1, 5)
+    assert best_within(1.0, 2, 2, noise="fitted") == (1, 1)
+    assert best_within(1.0, 2, 1, noise="fitted") == (0, 0)
+
+
+@pytest.mark.usefixtures("hand_table")
 def test_the_confirmation_line_says_what_the_budget_buys_and_its_power() -> None:
     clock = _Clock()
     # 95 s a run and the 5 s gap: 100 s a run; the end's 30 s kept free. The study's paired sd
-    # 0.04 is x2 of the hand table's x1 (0.02), where 80% needs 6 rounds of the top 2.
-    rich = Budget(30 + 2000, k=2, rounds=10, floor=True, baseline_every=0, estimate_s=95.0)
+    # 0.02 is x1 of the hand table's x1 (0.02), where the slow table reaches 80% only with
+    # the top 2 for 10 rounds (30 runs).
+    rich = Budget(30 + 3000, k=2, rounds=10, floor=True, baseline_every=0, estimate_s=95.0)
     rich.clock, rich.start = clock, clock()
-    # 2000 s buy 20 runs and the floor start that ran: 7 rounds of 3; 6 reach 80%.
-    choice = rich.confirm_choice(_noise(0.04))
-    assert (choice.k, choice.rounds, choice.afford, choice.needed) == (2, 6, 7, 6)
+    # 3000 s buy 30 runs and the floor start that ran: 10 rounds of 3 reach 80%.
+    choice = rich.confirm_choice(_noise(0.02))
+    assert (choice.k, choice.rounds, choice.afford, choice.needed) == (2, 10, 10, 10)
+    assert choice.plan80 == (2, 10)
     line = rich.confirm_line(choice)
-    assert "top 2 and the baseline for up to 6 rounds, the fewest that reach 80%" in line
-    assert "x2.0 the fitted, over 5 df" in line and "about 85% power for a true +10%" in line
-    assert "45% with 1 start in 20 slow" in line  # the slow table at x2, 6 rounds
+    assert "top 2 and the baseline for up to 10 rounds, the fewest that reach 80% with 1 " in line
+    assert "x1.0 the fitted, over 5 df" in line and "about 100% power for a true +10%" in line
+    assert "80% with 1 start in 20 slow)" in line  # the slow table at x1, 10 rounds
     assert "needs" not in line
 
     poor = Budget(30 + 1100, k=2, rounds=10, floor=True, baseline_every=0, estimate_s=95.0)
     poor.clock, poor.start = clock, clock()
-    # 1100 s buy 11 runs and the floor: 4 rounds of 3, at x2 50% (Wilson 40-60% of 100).
-    choice = poor.confirm_choice(_noise(0.04))
-    assert (choice.k, choice.rounds, choice.needed) == (2, 4, 6)
+    # 1100 s buy 11 runs and the floor: 12. The slow table's most power within 12 runs: the
+    # top 2 for 4 rounds (0.5) over the top 1 for 6 (0.4). The fitted table reads 0.7 there
+    # (Wilson 60-78% of 100).
+    choice = poor.confirm_choice(_noise(0.02))
+    assert (choice.k, choice.rounds, choice.needed, choice.plan80) == (2, 4, 10, (2, 10))
     line = poor.confirm_line(choice)
-    assert "for up to 4 rounds; at this study's noise (x2.0 the fitted, over 5 df)" in line
-    assert "about 50% power for a true +10% (simulated, 95% interval 40%-60%" in line
-    assert "25% with 1 start in 20 slow" in line
-    # 6 rounds of 3 are 18 runs, the floor start already run: 17 x 100 s, about 28 min.
-    assert line.endswith("80% needs 6 rounds, about 28 min")
+    assert "for up to 4 rounds; at this study's noise (x1.0 the fitted, over 5 df)" in line
+    assert "about 70% power for a true +10% (simulated, 95% interval 60%-78%" in line
+    assert "50% with 1 start in 20 slow" in line
+    # 10 rounds of 3 are 30 runs, the floor start already run: 29 x 100 s, about 48 min.
+    assert line.endswith("80% with 1 start in 20 slow needs the top 2 for 10 rounds, about 48 min")
 
-    # Past the table's noisiest level the power is a bound and every affordable round runs:
-    # 2900 s buy 29 runs and the floor, 10 rounds of 3 (the table's largest cap).
+    # At x2 no plan of the slow table reaches 80%: the most power 21 runs buy is the top 2 for
+    # 7 rounds (0.45 + (0.6 - 0.45) / 4 = 0.4875) over the top 1 for 10 (0.4).
+    mid = Budget(30 + 2000, k=2, rounds=10, floor=True, baseline_every=0, estimate_s=95.0)
+    mid.clock, mid.start = clock, clock()
+    choice = mid.confirm_choice(_noise(0.04))
+    assert (choice.k, choice.rounds, choice.needed, choice.plan80) == (2, 7, None, None)
+    line = mid.confirm_line(choice)
+    assert "49% with 1 start in 20 slow" in line
+    assert line.endswith(
+        "80% with 1 start in 20 slow is not reached within 10 rounds of up to 2 finalists at "
+        "this noise"
+    )
+    # --confirm's K caps the finalists: with K 1 the most power is the top 1 for 10 rounds.
+    one = Budget(30 + 2000, k=1, rounds=10, floor=True, baseline_every=0, estimate_s=95.0)
+    one.clock, one.start = clock, clock()
+    assert (one.confirm_choice(_noise(0.04)).k, one.confirm_choice(_noise(0.04)).rounds) == (1, 10)
+
+    # Past the table's noisiest level the power is a bound and no plan is promised.
     richer = Budget(30 + 2900, k=2, rounds=10, floor=True, baseline_every=0, estimate_s=95.0)
     richer.clock, richer.start = clock, clock()
     choice = richer.confirm_choice(_noise(0.2))
-    assert choice.rounds == choice.afford == 10 and choice.needed is None
+    assert choice.needed is None and choice.plan80 is None
     line = richer.confirm_line(choice)
     assert "x10.0 the fitted, over 5 df, past the table's x4" in line
-    assert "at most 50% power" in line
-    assert line.endswith("80% is not reached within 10 rounds at this noise")
+    assert "at most" in line
 
     # Without the study's noise the cap is --confirm's, as before.
     plain = rich.confirm_choice(None)
-    assert (plain.k, plain.rounds) == (2, 7) and plain.power is None
+    assert (plain.k, plain.rounds) == (2, 10) and plain.power is None
     assert "power" not in rich.confirm_line(plain)
 
 
@@ -339,24 +382,27 @@ def test_the_confirmation_line_says_what_the_budget_buys_and_its_power() -> None
 def test_without_a_budget_the_confirmation_says_the_power_of_its_rounds() -> None:
     from tuner.study.stages.confirm_budget import fixed_power_line
 
-    # --confirm 2,4 at x2 of the hand table: 50% (Wilson 40-60% of 100), 6 rounds reach 80%.
-    line = fixed_power_line(2, 4, _noise(0.04))
+    # --confirm 2,4 at x1 of the hand table: 70% (Wilson 60-78% of 100), 50% with slow
+    # starts, where 80% needs the top 2 for 10 rounds.
+    line = fixed_power_line(2, 4, _noise(0.02))
     assert line.startswith("confirmation: the top 2 and the baseline for up to 4 rounds")
-    assert "(--confirm 2,4); at this study's noise (x2.0 the fitted, over 5 df)" in line
-    assert "about 50% power for a true +10% (simulated, 95% interval 40%-60%" in line
-    assert line.endswith("80% needs 6 rounds, --confirm 2,6")
-    # --confirm 2,10 at x2: more than the 6 that reach 80%, 95% power, nothing to add.
-    line = fixed_power_line(2, 10, _noise(0.04))
-    assert "that is about 95% power" in line and "needs" not in line
-    assert "fewest" not in line
-    # Exactly the rounds that reach it.
-    assert "up to 6 rounds (--confirm 2,6), the fewest that reach 80%" in fixed_power_line(
-        2, 6, _noise(0.04)
+    assert "(--confirm 2,4); at this study's noise (x1.0 the fitted, over 5 df)" in line
+    assert "about 70% power for a true +10% (simulated, 95% interval 60%-78%" in line
+    assert line.endswith(
+        "80% with 1 start in 20 slow needs the top 2 for 10 rounds, --confirm 2,10"
     )
+    # --confirm 2,10 at x1: exactly the rounds that reach it.
+    assert "up to 10 rounds (--confirm 2,10), the fewest that reach 80%" in fixed_power_line(
+        2, 10, _noise(0.02)
+    )
+    # At x2 nothing in the table reaches it.
+    line = fixed_power_line(2, 10, _noise(0.04))
+    assert "that is about 95% power" in line and "--confirm 2," not in line.split(";")[-1]
+    assert line.endswith("is not reached within 10 rounds of up to 2 finalists at this noise")
     # Past the table's noisiest level: a bound, and no cap is promised to reach 80%.
     line = fixed_power_line(2, 10, _noise(0.2))
     assert "at most 50% power" in line
-    assert line.endswith("80% is not reached within 10 rounds at this noise")
+    assert line.endswith("is not reached within 10 rounds of up to 2 finalists at this noise")
 
 
 def test_the_products_power_table_is_the_simulations() -> None:

@@ -146,6 +146,7 @@ def run_study(
     started = time.monotonic() if started is None else started
     hooks = hooks or StudyHooks()
     preset = _preset(preset)
+    chosen_k = confirm is not None or preset.confirm is not None
     if not isinstance(confirm, ConfirmPlan):  # --confirm, else the preset's, else the default
         confirm = parse_confirm(confirm) if confirm else ConfirmPlan.for_preset(preset)
     plan = confirm
@@ -156,6 +157,7 @@ def run_study(
         spent = study_budget(
             preset, options, plan, stored,
             seconds=budget_s, text=budget_text, started=started, trials_cap=n_trials,
+            chosen_k=chosen_k,
         )  # fmt: skip
         first = spent.plan()
         n_trials = first.trials if first is not None else spent.slots

@@ -62,13 +62,16 @@ def study_budget(
     text: str | None,
     started: float,
     trials_cap: int | None,
+    chosen_k: bool = True,
 ) -> Budget:
     """The command's `Budget` (tuner.study.search.budget): `seconds` from `started`, split by
     `options`' baseline re-runs, slots and sizing and by `plan`. A budget that cannot buy a
     baseline and one candidate is refused in one line (ConfigError), before anything is
-    written."""
+    written. `chosen_k`: the user (or the preset) fixed the finalists' K; when not, the
+    confirmation's power choice may take up to the power table's largest K."""
     from tuner.study.search.budget import END_RESERVE_S, GAP_S, Budget
     from tuner.study.search.estimate import planned_run_s
+    from tuner.study.search.power import CONFIRM_POWER, SLOW_WALK
     from tuner.study.search.sampling import enumerate_space
 
     first = planned_run_s(preset, **_sizing(options, preset, stored))
@@ -86,6 +89,7 @@ def study_budget(
         slots=options.slots or preset.gpu.slots,
         start=started,
         space_size=len(configs) if configs is not None else None,
+        k_power=plan.k if chosen_k else max(CONFIRM_POWER[SLOW_WALK]),
     )
     runs = budget.plan()
     if runs is not None and first is not None and runs.runs < 2:

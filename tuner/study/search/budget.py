@@ -18,11 +18,13 @@ estimate), and the confirmation stage asks it for its plan (`confirm_choice`, fr
 actually left) and before each round (`fits`): a round that cannot finish inside the budget is
 not queued, and the stage stops with the reason "the budget".
 
-The confirmation's cap under a budget is the power's, not `--confirm`'s rounds: given the
-study's measured between-run noise (the prior updated by its baseline's starts,
-`tuner.results.decision.study_noise`), the fewest rounds whose simulated power for a true +10%
-reaches 80% (`tuner.study.search.power`) if the time left pays for them, else the most it pays
-for (at most the power table's largest cap); `--confirm`'s K still caps the finalists.
+The confirmation's finalists and cap under a budget are the power's, not `--confirm`'s
+rounds: given the study's measured between-run noise (the prior updated by its baseline's
+starts, `tuner.results.decision.study_noise`), the cheapest finalists and rounds (fewest runs)
+whose simulated power for a true +10% reaches 80% with 1 start in 20 slow and a random walk
+(`tuner.study.search.power`, its slow table: what shared boxes show) if the time left pays for
+them, else the plan of most power it pays for; `--confirm`'s K, when given, caps the
+finalists (`run_study` widens the default K to the table's largest under a budget).
 `confirm_line` says what that buys: the rounds, the power at the study's noise with its
 interval, and what 80% would need. A run already started is never
 cut short by the budget. The budget counts this command's time: a resumed study gets a fresh
@@ -74,7 +76,10 @@ class ConfirmChoice:
         df: The degrees of freedom behind the study's noise (0 with `x` None).
         power: The simulated power of `rounds` at `x` (None with `x`).
         slow: The same with 1 start in 20 slow and a random walk (None with `x`).
-        needed: The fewest rounds that reach 80% (None: none within the table, or no `x`).
+        needed: The fewest rounds of `k` that reach 80% with slow starts (None: none within
+            the table, or no `x`).
+        plan80: The cheapest (finalists, rounds) that reach 80% with slow starts, at most the
+            table's largest K (None: none within the table, or no `x`).
     """
 
     k: int
@@ -85,6 +90,7 @@ class ConfirmChoice:
     power: power_table.PowerAt | None = None
     slow: power_table.PowerAt | None = None
     needed: int | None = None
+    plan80: tuple[int, int] | None = None
 
 
 def choice_at(
@@ -92,9 +98,10 @@ def choice_at(
 ) -> ConfirmChoice:
     """`k` finalists for up to `rounds` rounds and the power they have at the study's measured
     `noise` (its paired sd of a round's log ratio): the simulated power, the same with slow
-    starts, and the fewest rounds that reach `TARGET_POWER`. `afford`: the rounds the time
-    left pays for (no budget: `rounds`)."""
+    starts, the fewest rounds of `k` and the cheapest plan that reach `TARGET_POWER` with slow
+    starts. `afford`: the rounds the time left pays for (no budget: `rounds`)."""
     x = noise.log_sd / power_table.X1_PAIRED_SD
+    slow = power_table.SLOW_WALK
     return ConfirmChoice(
         k,
         rounds,
@@ -102,8 +109,9 @@ def choice_at(
         x=x,
         df=noise.df,
         power=power_table.power_at(k, x, rounds),
-        slow=power_table.power_at(k, x, rounds, noise=power_table.SLOW_WALK),
-        needed=power_table.rounds_for(k, x),
+        slow=power_table.power_at(k, x, rounds, noise=slow),
+        needed=power_table.rounds_for(k, x, noise=slow),
+        plan80=power_table.plan_for(x, max(power_table.CONFIRM_POWER[slow])),
     )
 
 
@@ -123,15 +131,20 @@ def power_words(head: str, choice: ConfirmChoice, cost: str | None = None) -> st
         f"{bound}{p.power:.0%} power for a true +10% (simulated, 95% interval "
         f"{lo:.0%}-{hi:.0%}; {slow.power:.0%} with 1 start in 20 slow)"
     )
-    target = f"{power_table.TARGET_POWER:.0%}"
+    target = f"{power_table.TARGET_POWER:.0%} with 1 start in 20 slow"
     if choice.rounds == choice.needed:
         return f"{head}, the fewest that reach {target} at this study's noise ({level}): {power}"
     if choice.needed is not None and choice.rounds > choice.needed:
         return f"{head}; at this study's noise ({level}) that is {power}"
-    if choice.needed is None:
-        short = f"{target} is not reached within {power_table.POWER_CAPS[-1]} rounds at this noise"
+    if choice.plan80 is None:
+        k_max = max(power_table.CONFIRM_POWER[power_table.SLOW_WALK])
+        short = (
+            f"{target} is not reached within {power_table.POWER_CAPS[-1]} rounds of up to "
+            f"{k_max} finalists at this noise"
+        )
     else:
-        short = f"{target} needs {choice.needed} rounds" + (f", {cost}" if cost else "")
+        k80, r80 = choice.plan80
+        short = f"{target} needs the top {k80} for {r80} rounds" + (f", {cost}" if cost else "")
     return f"{head}; at this study's noise ({level}) that is {power}; {short}"
 
 
@@ -153,6 +166,10 @@ class Budget:
         start: The clock when the command started (None: now).
         space_size: Configs in the space (None: not enumerable): a cap on the trials, and the
             grid whose cost the share is read at.
+        k_power: The most finalists the confirmation's power choice may take (None: `k`).
+            The split plans `k`; when the user fixed no K the pipeline gives the power table's
+            largest here, because at a noisy box the search's top 2 miss the true best too
+            often for any cap of rounds (`confirm_choice`).
     """
 
     budget_s: float
@@ -169,6 +186,7 @@ class Budget:
     space_size: int | None = None
     text: str | None = None  # the budget as the user wrote it (`--budget 20m`)
     trials_before: int = 0  # the study's counted trials before this command
+    k_power: int | None = None
     full_runs: list[float] = field(default_factory=list)
     gaps: list[float] = field(default_factory=list)
     runs_done: int = 0
@@ -274,27 +292,33 @@ class Budget:
 
     def confirm_plan(self) -> tuple[int, int]:
         """(finalists, rounds) the time left buys once the floor start ran (the baseline's
-        run of the first round): at most `k` finalists, at most the power table's largest cap
-        of rounds (under a budget the power chooses the cap, `confirm_choice`)."""
+        run of the first round): at most `k` (or `k_power`) finalists, at most the power
+        table's largest cap of rounds (the power then chooses within it, `confirm_choice`)."""
         run = self.run_s()
         if run is None:
             return self.k, self.rounds
         runs = self._runs_in(self.left_s(), run) + 1
-        return finalists(runs, self.k, power_table.POWER_CAPS[-1])
+        return finalists(runs, max(self.k, self.k_power or 0), power_table.POWER_CAPS[-1])
 
     def confirm_choice(self, noise: BetweenRunNoise | None) -> ConfirmChoice:
-        """The finalists and rounds the time left buys once the floor start ran (`confirm_plan`),
-        the rounds' cap chosen by the power at the study's measured noise (`noise`: the paired
-        sd of a round's log ratio, `tuner.results.decision.study_noise`): the fewest that reach
-        `TARGET_POWER`, else all it buys. None: `--confirm`'s rounds are the cap."""
+        """The finalists and rounds the time left buys once the floor start ran, chosen by the
+        power at the study's measured noise (`noise`: the paired sd of a round's log ratio,
+        `tuner.results.decision.study_noise`): the cheapest plan of at most `k` finalists that
+        reaches `TARGET_POWER` with slow starts, else the plan of most power the time left
+        pays for (`k_power` finalists at most, when given). None: `confirm_plan`'s
+        finalists, `--confirm`'s rounds the cap."""
         k, afford = self.confirm_plan()
         if not k or not afford:
             return ConfirmChoice(0, 0, 0)
-        if noise is None:
+        if noise is None or self.run_s() is None:
             return ConfirmChoice(k, min(afford, self.rounds), afford)
-        needed = power_table.rounds_for(k, noise.log_sd / power_table.X1_PAIRED_SD)
-        rounds = needed if needed is not None and needed <= afford else afford
-        return choice_at(k, rounds, noise, afford)
+        runs = (k + 1) * afford  # what `confirm_plan` found the time left buys
+        x = noise.log_sd / power_table.X1_PAIRED_SD
+        most = max(self.k, self.k_power or 0)
+        kk, rounds = power_table.plan_for(x, most, runs) or power_table.best_within(x, most, runs)
+        if not kk:
+            return ConfirmChoice(0, 0, 0)
+        return choice_at(kk, rounds, noise, min(power_table.POWER_CAPS[-1], runs // (kk + 1)))
 
     # ---- words ------------------------------------------------------------------------------
 
@@ -335,9 +359,10 @@ class Budget:
             f"baseline for up to {rounds}"
         )
         cost = None
-        if choice.needed is not None:
+        if choice.plan80 is not None:
             # The floor start, already run, is the first round's baseline run.
-            runs = (choice.k + 1) * choice.needed - 1
+            k80, r80 = choice.plan80
+            runs = (k80 + 1) * r80 - 1
             cost = minutes(math.ceil(runs / max(1, self.slots)) * (run or 0.0))
         return power_words(head, choice, cost)
 

@@ -35,15 +35,18 @@ def _floor_fits(budget: Any, study: optuna.Study, base: FrozenTrial) -> bool:
 def _budget_plan(
     budget: Any, plan: ConfirmPlan, say: Callable[[str], None], noise: BetweenRunNoise | None
 ) -> ConfirmPlan:
-    """The finalists and rounds the budget's time left buys (`Budget.confirm_choice`): `plan`'s
-    K caps the finalists, the study's measured `noise` chooses the rounds (the fewest that
-    reach 80% power for a true +10%, else every round the time left pays for); the line says
+    """The finalists and rounds the budget's time left buys (`Budget.confirm_choice`): the
+    study's measured `noise` chooses both (the cheapest plan that reaches 80% power for a true
+    +10% with slow starts, else the plan of most power the time left pays for), at most
+    `plan`'s K finalists or, when the user fixed no K, the budget's `k_power`; the line says
     what that buys."""
     choice = budget.confirm_choice(noise)
     say(budget.confirm_line(choice))
     if not choice.k or not choice.rounds:
         return ConfirmPlan(0, 0)
-    return ConfirmPlan(min(choice.k, plan.k), choice.rounds)
+    # The budget caps the finalists (`plan`'s K, or the power table's largest when the user
+    # fixed none: `Budget.k_power`).
+    return ConfirmPlan(choice.k, choice.rounds)
 
 
 def fixed_power_line(k: int, rounds: int, noise: BetweenRunNoise) -> str:
@@ -60,8 +63,8 @@ def fixed_power_line(k: int, rounds: int, noise: BetweenRunNoise) -> str:
         f"round{'s' if rounds != 1 else ''} (--confirm {k},{rounds})"
     )
     fix = None
-    if choice.needed is not None and choice.needed > rounds:
-        fix = f"--confirm {k},{choice.needed}"
+    if choice.plan80 is not None and (choice.needed is None or choice.needed > rounds):
+        fix = "--confirm {},{}".format(*choice.plan80)
     return power_words(head, choice, fix)
 
 
