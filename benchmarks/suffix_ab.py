@@ -15,7 +15,12 @@ worker calls (plain-throughput benchmark off), with real SmolLM2-135M weights:
   suffix shares with n-gram.
 
 All three use the grid's best memory settings (KV 2 GB, max_num_seqs 2; the workload has 2
-agents). Round r runs C B A when r is even and A B C when it is odd (suffix first, so a start
+agents). First each config runs once unscored (A B C; `--no-prime` skips it): in both records
+before it the A/B's first run (suffix) read about a third of the same config's rate in the
+last round (648 then 1,904, 752 then 2,420 tasks/h) while n-gram's two runs agreed within 3%,
+a cost of the first start on a cold machine (its start took 102 s, the others 35-39 s), not
+of the method.
+Round r runs C B A when r is even and A B C when it is odd (suffix first, so a start
 that fails shows at once): each config's mean position is the same, and a linear drift of the
 machine cancels from every ratio. The unit is a run (a fresh server start): per config it
 reports each run's acceptance rate and mean acceptance length (vLLM's: 1 + accepted tokens per
@@ -24,15 +29,26 @@ with the paired estimate over the rounds (`tuner.metrics.paired_ratio`, the expo
 test; its interval includes the between-run term). The record is appended to
 benchmarks/data/suffix-ab-<model>-<gpu>.json.
 
-    python -m benchmarks.suffix_ab [--rounds 2] [--lock /tmp/tuner-vllm.lock]
+    python -m benchmarks.suffix_ab [--rounds 2] [--lock /tmp/tuner-vllm.lock] [--traces FILE]
+        [--no-prime]
 
 Replay workload: load shape (forced turn lengths; the target still writes the tokens, so
-acceptance is real where the weights are). One real-vLLM job at a time (`--lock`).
+acceptance is real where the weights are). By default it is the preset's generated suite;
+`--traces FILE.jsonl` replays recorded conversations instead (the preset's workload with
+`traces` set, the format `tuner.workload.load_traces` reads), e.g. the SWE-agent trajectories
+of `benchmarks/data/traces/swe-agent-demos.jsonl` (`benchmarks/traces_from_swe_agent.py`).
+As with the generated suite, the first `warmup_tasks` conversations (1 on the CPU preset) warm
+the server and are not scored when the file holds more; every other one is scored once (tasks
+= their number). Each conversation must fit the model's context (8,192 tokens for SmolLM2).
+The record's "workload" says which ran: the generated replay (seed, tasks) or the traces file
+(its path and sha256), and the table's first header cell says it too. One real-vLLM job at a
+time (`--lock`).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import statistics
@@ -42,9 +58,11 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from tuner.metrics import RunOutcomes
+    from tuner.study.space import Preset
     from tuner.study.trial.request import TrialResult
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
+REPO = Path(__file__).resolve().parents[1]
 _MEMORY: dict[str, Any] = {"kv_cache_memory_bytes": 2_000_000_000, "max_num_seqs": 2}
 CONFIGS: dict[str, dict[str, Any]] = {
     "A": {"method": "none", **_MEMORY},
@@ -118,11 +136,20 @@ def _fmt(est: dict[str, float] | None, digits: int = 3) -> str:
     return f"{est['mean']:.{digits}f} [{est['low']:.{digits}f}, {est['high']:.{digits}f}]"
 
 
+def workload_label(workload: dict[str, Any] | None) -> str:
+    """The workload a record ran, in words (records before `--traces` ran the generated one)."""
+    if workload is None or workload.get("source") != "traces":
+        return "generated replay"
+    return f"traces {Path(workload['path']).name}, sha256 {workload['sha256'][:12]}"
+
+
 def table(record: dict[str, Any]) -> str:
-    """The Markdown table of a record: one row a config."""
+    """The Markdown table of a record: one row a config; the first header cell names the
+    workload."""
     lines = [
-        "| config | tasks/h per run | ratio to no speculation (paired, 95%) | acceptance rate "
-        "(mean over runs, 95%) | mean acceptance length |",
+        f"| config ({workload_label(record.get('workload'))}) | tasks/h per run | ratio to no "
+        "speculation (paired, 95%) | acceptance rate (mean over runs, 95%) | mean acceptance "
+        "length |",
         "|---|---|---|---|---|",
     ]
     for name, summary in record["summary"].items():
@@ -137,6 +164,42 @@ def table(record: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def read_traces(path: str) -> tuple[dict[str, Any], int] | str:
+    """The record's description of a traces file and its number of conversations, or the
+    one-line reason it cannot be replayed (tuner.workload's loader, no vLLM import)."""
+    from tuner.errors import WorkloadError
+    from tuner.workload.replay import load_traces
+
+    try:
+        scripts = load_traces(path)
+        data = Path(path).read_bytes()
+    except WorkloadError as exc:
+        return str(exc)
+    except OSError as exc:
+        return f"cannot read traces file {path}: {exc.strerror}"
+    resolved = Path(path).resolve()
+    shown = resolved.relative_to(REPO) if resolved.is_relative_to(REPO) else resolved
+    described = {
+        "source": "traces",
+        "path": str(shown),
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "conversations": len(scripts),
+    }
+    return described, len(scripts)
+
+
+def with_workload(preset: Preset, traces: str | None, conversations: int) -> Preset:
+    """`preset` replaying `traces` (all its conversations: the first `warmup_tasks` warm up
+    when there are more, the rest are scored), or `preset` itself without traces."""
+    if traces is None:
+        return preset
+    w = preset.workload
+    warm = w.warmup_tasks if conversations > w.warmup_tasks else 0
+    data = json.loads(preset.model_dump_json())
+    data["workload"] |= {"traces": str(Path(traces).resolve()), "tasks": conversations - warm}
+    return type(preset).model_validate(data)  # validated: a workload the runner accepts
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add = parser.add_argument
@@ -144,6 +207,18 @@ def main() -> int:
     add("--gpu", default="cpu")
     add("--rounds", type=int, default=2)
     add("--lock", help="flock this file around each server run")
+    add(
+        "--no-prime",
+        dest="prime",
+        action="store_false",
+        help="skip the unscored start of each config before the rounds (a warm compile cache)",
+    )
+    add(
+        "--traces",
+        metavar="PATH",
+        help="replay this JSONL traces file (tuner's --traces format) instead of the generated "
+        "suite, e.g. benchmarks/data/traces/swe-agent-demos.jsonl",
+    )
     args = parser.parse_args()
     if args.rounds < 2:
         print("suffix_ab: --rounds must be at least 2 (one run has no interval)", file=sys.stderr)
@@ -155,6 +230,14 @@ def main() -> int:
             file=sys.stderr,
         )
         return 2
+    traces: dict[str, Any] | None = None
+    conversations = 0
+    if args.traces is not None:
+        read = read_traces(args.traces)
+        if isinstance(read, str):
+            print(f"suffix_ab: {read}", file=sys.stderr)
+            return 2
+        traces, conversations = read
     # Imported once the input is good: a bad argument is answered before vLLM is touched.
     from benchmarks._evaluate import fresh_rounds
     from benchmarks._machine import machine_record
@@ -171,11 +254,40 @@ def main() -> int:
             file=sys.stderr,
         )
         return 2
-    preset = PLANS["large"].preset()
+    preset = with_workload(PLANS["large"].preset(), args.traces, conversations)
+    settings = preset.workload
+    workload = {
+        **(traces or {"source": "generated replay", "seed": settings.seed}),
+        "tasks": settings.tasks,
+        "warmup_tasks": settings.warmup_tasks,
+        "agents": settings.agents,
+    }
+    print(
+        f"workload: {workload_label(workload)}, {settings.tasks} scored tasks, "
+        f"{settings.agents} agents",
+        flush=True,
+    )
     cache = get_settings().cache_path()
     model_path = str(prepare(preset.model.prepare or args.model, cache))
     results: dict[str, list[TrialResult]] = {n: [] for n in CONFIGS}
     rows: list[dict[str, Any]] = []
+    primes: list[dict[str, Any]] = []
+    if args.prime:
+        # One unscored start of each config first: the A/B's first run read a third of the
+        # same config's later rate in both records before this (see the docstring).
+        warm = fresh_rounds(
+            preset, CONFIGS, [(-1, n) for n in CONFIGS], model_path=model_path,
+            cache_dir=cache, study="suffix-ab-prime", lock=args.lock,
+        )  # fmt: skip
+        for _, name, run in warm:
+            w = run.result.workload
+            primes.append({
+                "config": name,
+                "tasks_per_hour": None if w is None else round(w.tasks_per_hour, 2),
+                "startup_s": round(run.result.startup_s, 1),
+                "failure": run.result.failure_reason,
+            })  # fmt: skip
+            print(f"prime {name} ({NAMES[name]}, not scored): {primes[-1]}", flush=True)
     rounds = fresh_rounds(
         preset, CONFIGS, order(args.rounds), model_path=model_path, cache_dir=cache,
         study="suffix-ab", lock=args.lock,
@@ -224,12 +336,14 @@ def main() -> int:
         "configs": {n: CONFIGS[n] for n in CONFIGS},
         "names": NAMES,
         "order": [name for _, name in order(args.rounds)],
+        "primes": primes,
         "runs": rows,
         "summary": summary,
         "machine": machine,
         "recorded_at": machine["recorded_at"],
         "command": " ".join(["python -m benchmarks.suffix_ab", *sys.argv[1:]]),
-        "mode": preset.workload.mode,
+        "mode": "traces" if traces else preset.workload.mode,
+        "workload": workload,
         "unit": "a run: one fresh server start; intervals are over runs (rounds)",
     }
     path = DATA_DIR / f"suffix-ab-{args.model}-{args.gpu}.json"

@@ -88,3 +88,23 @@ def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str) -> None
     )
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and message in done.stderr
+
+
+def test_a_traces_file_is_replayed_whole_with_its_first_conversation_as_warm_up() -> None:
+    # The committed SWE-agent traces (13 conversations): the CPU preset warms up on 1, so the
+    # A/B scores the other 12, each once, and the workload reads the file itself.
+    from benchmarks.record_grid import PLANS
+    from tuner.workload.phases import build_jobs
+
+    path = ROOT / "benchmarks" / "data" / "traces" / "swe-agent-demos.jsonl"
+    read = suffix_ab.read_traces(str(path))
+    assert not isinstance(read, str), read
+    described, conversations = read
+    assert conversations == 13 and described["source"] == "traces"
+    preset = suffix_ab.with_workload(PLANS["large"].preset(), str(path), conversations)
+    assert preset.workload.traces == str(path.resolve()) and preset.workload.tasks == 12
+    warm, scored, _ = build_jobs(preset.workload)
+    assert (len(warm), len(scored)) == (1, 12)
+    # Without a file the preset is the generated suite, unchanged.
+    plain = PLANS["large"].preset()
+    assert suffix_ab.with_workload(plain, None, 0) is plain
