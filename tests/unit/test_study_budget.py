@@ -425,3 +425,24 @@ def test_the_products_power_table_is_the_simulations() -> None:
             row.setdefault(cell["x"], ())
             row[cell["x"]] += (cell["power"]["rate"],)
     assert {n: {k: dict(r) for k, r in t.items()} for n, t in power.CONFIRM_POWER.items()} == table
+
+
+def test_without_a_fixed_k_a_budget_may_confirm_four_finalists_at_a_noisy_box() -> None:
+    # The shipped table at x4.25 (the recorded boxes): the cheapest plan that reaches 80% with
+    # slow starts is the top 4 for 27 rounds (docs/decision-sim.md, the budget's section), which
+    # only a budget whose K the user left open may take; with K 2 it runs the most power 2
+    # finalists have (the table's largest cap) and says what 80% needs.
+    clock = _Clock()
+    noise = _noise(0.0216 * 4.25)
+    wide = Budget(30 + 20000, k=2, rounds=10, floor=True, baseline_every=0, estimate_s=95.0,
+                  k_power=4)  # fmt: skip
+    wide.clock, wide.start = clock, clock()
+    choice = wide.confirm_choice(noise)
+    assert (choice.k, choice.rounds) == (4, 27)
+    fixed = Budget(30 + 20000, k=2, rounds=10, floor=True, baseline_every=0, estimate_s=95.0)
+    fixed.clock, fixed.start = clock, clock()
+    choice = fixed.confirm_choice(noise)
+    assert (choice.k, choice.rounds, choice.plan80) == (2, 30, (4, 27))
+    assert "needs the top 4 for 27 rounds" in fixed.confirm_line(choice)
+    # Without the study's noise the plan is --confirm's K, whatever the power may take.
+    assert wide.confirm_choice(None).k == 2

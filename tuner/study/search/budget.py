@@ -24,7 +24,8 @@ starts, `tuner.results.decision.study_noise`), the cheapest finalists and rounds
 whose simulated power for a true +10% reaches 80% with 1 start in 20 slow and a random walk
 (`tuner.study.search.power`, its slow table: what shared boxes show) if the time left pays for
 them, else the plan of most power it pays for; `--confirm`'s K, when given, caps the
-finalists (`run_study` widens the default K to the table's largest under a budget).
+finalists (when the user fixed no K the pipeline lets the power take up to the table's
+largest, `Budget.k_power`).
 `confirm_line` says what that buys: the rounds, the power at the study's noise with its
 interval, and what 80% would need. A run already started is never
 cut short by the budget. The budget counts this command's time: a resumed study gets a fresh
@@ -310,9 +311,11 @@ class Budget:
         k, afford = self.confirm_plan()
         if not k or not afford:
             return ConfirmChoice(0, 0, 0)
-        if noise is None or self.run_s() is None:
-            return ConfirmChoice(k, min(afford, self.rounds), afford)
         runs = (k + 1) * afford  # what `confirm_plan` found the time left buys
+        if noise is None or self.run_s() is None:
+            if self.run_s() is not None:  # no noise to choose by: `k` finalists, as planned
+                k, afford = finalists(runs, self.k, power_table.POWER_CAPS[-1])
+            return ConfirmChoice(k, min(afford, self.rounds), afford)
         x = noise.log_sd / power_table.X1_PAIRED_SD
         most = max(self.k, self.k_power or 0)
         kk, rounds = power_table.plan_for(x, most, runs) or power_table.best_within(x, most, runs)
