@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Issue 47 on one GPU lease: the kit's last part in, then scripts/gpu_lease/suffix_check.sh
+# detached from a copy of the tree, polled; its folder copied to $OUT (sc.tgz) every 30 s.
+#
+# Before it, calls that each carry one piece (the device takes at most 64 MiB a call):
+#   mkdir -p /tmp/gpu-kit-parts && cp .kit/part-N/* /tmp/gpu-kit-parts/    (all but the last)
+#   mkdir -p /tmp/arctic /tmp/models && cp .gpu/arctic/* /tmp/arctic/ && cp -r .gpu/model/* /tmp/models/
+#     (the sdist and its build wheels; `tuner models prepare smollm2-135m` without its weights
+#     and `tuner models prepare tiny-hybrid-mtp`)
+# then, carrying the last kit part and .gpu/tools (the kit's env.sh):
+#   bash scripts/gpu_lease/suffix_go.sh [SECONDS]
+# and, while it runs, `bash scripts/gpu_lease/suffix_go.sh poll [SECONDS]` until DONE.
+set -u
+if [ "${1:-}" = poll ]; then
+  LIMIT=${2:-540}
+else
+  LIMIT=${1:-480}
+  bash scripts/gpu_lease/install_kit.sh .kit || exit 1
+  rm -rf /tmp/sc-tree /tmp/sc && mkdir -p /tmp/sc-tree
+  tar -C "$(pwd)" --exclude=./.kit -cf - . | tar -C /tmp/sc-tree -xf -
+  (
+    cd /tmp/sc-tree || exit 1
+    # shellcheck disable=SC1091
+    source .gpu/tools/env.sh
+    setsid nohup bash scripts/gpu_lease/suffix_check.sh /tmp/sc /tmp/arctic \
+      /tmp/models/smollm2-135m /tmp/models/tiny-hybrid-mtp > /tmp/sc.log 2>&1 &
+  )
+fi
+t0=$(date +%s)
+while :; do
+  el=$(( $(date +%s) - t0 ))
+  echo "--- poll +${el}s $(date -u +%T) gpu $(nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader 2>/dev/null)"
+  tail -n 3 /tmp/sc/summary.txt 2>/dev/null | cut -c1-400
+  tar -czf "$OUT/sc.tgz" -C /tmp sc sc.log 2>/dev/null
+  grep -q '^DONE' /tmp/sc/summary.txt 2>/dev/null && { echo DONE; break; }
+  [ "$el" -ge "$LIMIT" ] && break
+  sleep 30
+done
+cat /tmp/sc/summary.txt 2>/dev/null
