@@ -69,7 +69,7 @@ import random
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from functools import cache
@@ -494,6 +494,20 @@ def _power_cell_job(job: tuple[int, int, float, int, int, str]) -> dict[str, Any
     return power_cell(k, rounds, x, studies, seed=seed, stress=_STRESSES[stress])
 
 
+@contextlib.contextmanager
+def _cells(
+    todo: list[tuple[int, int, float, int, int, str]], jobs: int
+) -> Iterator[Iterator[dict[str, Any]]]:
+    """`power_cell` of each job of `todo`, in order, `jobs` processes at a time."""
+    if jobs <= 1:
+        yield map(_power_cell_job, todo)
+        return
+    import multiprocessing
+
+    with multiprocessing.get_context("fork").Pool(jobs) as pool:
+        yield pool.imap(_power_cell_job, todo)
+
+
 def power_table(
     studies: int, *, seed: int = 0, jobs: int = 1, previous: dict[str, Any] | None = None
 ) -> dict[str, Any]:
@@ -522,14 +536,7 @@ def power_table(
     ]
     print(f"{len(grid)} cells, {len(grid) - len(todo)} kept from the file, {len(todo)} to draw")
     done: dict[tuple[str, int, int, float], dict[str, Any]] = {}
-    with contextlib.ExitStack() as stack:
-        if jobs > 1:
-            import multiprocessing
-
-            pool = stack.enter_context(multiprocessing.get_context("fork").Pool(jobs))
-            results = pool.imap(_power_cell_job, todo)
-        else:
-            results = map(_power_cell_job, todo)
+    with _cells(todo, jobs) as results:
         for job, cell in zip(todo, results, strict=True):
             k, rounds, x, _, _, name = job
             done[(name, k, rounds, x)] = cell
@@ -595,14 +602,8 @@ def budget_goal(studies: int, *, seed: int = 0, jobs: int = 1) -> dict[str, Any]
     levels = sorted({*LEVELS, STRESS_LEVEL})
     plans = {x: budget_plan_at(x) for x in levels}
     todo = [(plans[x][0], plans[x][1], x, studies, seed, SLOW_WALK.name) for x in levels]
-    with contextlib.ExitStack() as stack:
-        if jobs > 1:
-            import multiprocessing
-
-            pool = stack.enter_context(multiprocessing.get_context("fork").Pool(jobs))
-            cells = list(pool.imap(_power_cell_job, todo))
-        else:
-            cells = [_power_cell_job(job) for job in todo]
+    with _cells(todo, jobs) as drawn:
+        cells = list(drawn)
     rows = []
     for x, cell in zip(levels, cells, strict=True):
         rows.append({**cell, "reached_in_table": plans[x][2], "paired_sd": round(paired_sd(x), 4)})
