@@ -749,8 +749,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--levels", default=None, help="e.g. 1,2.5,6 (default: x1-x6)")
     parser.add_argument("--no-write", action="store_true", help="Print only.")
     parser.add_argument("--out", type=Path, default=OUT, help="The markdown to write.")
-    power = f"Write the power table ({POWER_OUT.relative_to(ROOT)}) instead of the doc."
-    parser.add_argument("--power-table", action="store_true", help=power)
+    power_help = f"Write the power table ({POWER_OUT.relative_to(ROOT)}) instead of the doc."
+    parser.add_argument("--power-table", action="store_true", help=power_help)
     parser.add_argument(
         "--jobs", type=int, default=1, help="Power-table cells drawn at once (processes)."
     )
@@ -772,11 +772,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.power_table:
         previous = json.loads(POWER_OUT.read_text()) if POWER_OUT.exists() else None
-        table = power_table(args.studies, seed=args.seed, jobs=args.jobs, previous=previous)
-        print("\n".join(power_markdown(table)))
-        print(f"{table['seconds']:.0f} s over {len(table['drawn'])} run(s): {table['drawn']}")
+        drawn = power_table(args.studies, seed=args.seed, jobs=args.jobs, previous=previous)
+        print("\n".join(power_markdown(drawn)))
+        print(f"{drawn['seconds']:.0f} s over {len(drawn['drawn'])} run(s): {drawn['drawn']}")
         if not args.no_write:
-            POWER_OUT.write_text(json.dumps(table, indent=1) + "\n")
+            POWER_OUT.write_text(json.dumps(drawn, indent=1) + "\n")
             print(f"wrote {POWER_OUT}")
         return 0
     t0, cpu0 = time.monotonic(), time.process_time()
