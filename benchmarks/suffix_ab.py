@@ -36,7 +36,8 @@ Replay workload: load shape (forced turn lengths; the target still writes the to
 acceptance is real where the weights are). By default it is the preset's generated suite;
 `--traces FILE.jsonl` replays recorded conversations instead (the preset's workload with
 `traces` set, the format `tuner.workload.load_traces` reads), e.g. the SWE-agent trajectories
-of `benchmarks/data/traces/swe-agent-demos.jsonl` (`benchmarks/traces_from_swe_agent.py`).
+of `benchmarks/data/traces/swe-agent-demos.jsonl` (its provenance and converter:
+benchmarks/data/traces/README.md).
 As with the generated suite, the first `warmup_tasks` conversations (1 on the CPU preset) warm
 the server and are not scored when the file holds more; every other one is scored once (tasks
 = their number). Each conversation must fit the model's context (8,192 tokens for SmolLM2).
