@@ -585,7 +585,7 @@ def budget_plan_at(x: float) -> tuple[int, int, bool]:
     largest K reaching 80% with slow starts), else its plan of most power (`reached` False)."""
     from tuner.study.search import power as product
 
-    k_max = max(product.CONFIRM_POWER[product.SLOW_WALK])
+    k_max = product.LARGEST_K
     plan = product.plan_for(x, k_max)
     if plan is not None:
         return plan[0], plan[1], True

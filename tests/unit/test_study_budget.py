@@ -246,6 +246,7 @@ def hand_table(monkeypatch: pytest.MonkeyPatch) -> None:
     from tuner.study.search import power
 
     monkeypatch.setattr(power, "CONFIRM_POWER", _HAND)
+    monkeypatch.setattr(power, "LARGEST_K", 2)
     monkeypatch.setattr(power, "POWER_LEVELS", (1.0, 2.0, 4.0))
     monkeypatch.setattr(power, "POWER_CAPS", (2, 4, 6, 10))
     monkeypatch.setattr(power, "STUDIES", 100)

@@ -71,7 +71,7 @@ def study_budget(
     confirmation's power choice may take up to the power table's largest K."""
     from tuner.study.search.budget import END_RESERVE_S, GAP_S, Budget
     from tuner.study.search.estimate import planned_run_s
-    from tuner.study.search.power import CONFIRM_POWER, SLOW_WALK
+    from tuner.study.search.power import LARGEST_K
     from tuner.study.search.sampling import enumerate_space
 
     first = planned_run_s(preset, **_sizing(options, preset, stored))
@@ -89,7 +89,7 @@ def study_budget(
         slots=options.slots or preset.gpu.slots,
         start=started,
         space_size=len(configs) if configs is not None else None,
-        k_power=plan.k if chosen_k else max(CONFIRM_POWER[SLOW_WALK]),
+        k_power=plan.k if chosen_k else LARGEST_K,
     )
     runs = budget.plan()
     if runs is not None and first is not None and runs.runs < 2:

@@ -112,7 +112,7 @@ def choice_at(
         power=power_table.power_at(k, x, rounds),
         slow=power_table.power_at(k, x, rounds, noise=slow),
         needed=power_table.rounds_for(k, x, noise=slow),
-        plan80=power_table.plan_for(x, max(power_table.CONFIRM_POWER[slow])),
+        plan80=power_table.plan_for(x, power_table.LARGEST_K),
     )
 
 
@@ -138,10 +138,9 @@ def power_words(head: str, choice: ConfirmChoice, cost: str | None = None) -> st
     if choice.needed is not None and choice.rounds > choice.needed:
         return f"{head}; at this study's noise ({level}) that is {power}"
     if choice.plan80 is None:
-        k_max = max(power_table.CONFIRM_POWER[power_table.SLOW_WALK])
         short = (
             f"{target} is not reached within {power_table.POWER_CAPS[-1]} rounds of up to "
-            f"{k_max} finalists at this noise"
+            f"{power_table.LARGEST_K} finalists at this noise"
         )
     else:
         k80, r80 = choice.plan80
@@ -312,9 +311,10 @@ class Budget:
         if not k or not afford:
             return ConfirmChoice(0, 0, 0)
         runs = (k + 1) * afford  # what `confirm_plan` found the time left buys
-        if noise is None or self.run_s() is None:
-            if self.run_s() is not None:  # no noise to choose by: `k` finalists, as planned
-                k, afford = finalists(runs, self.k, power_table.POWER_CAPS[-1])
+        if self.run_s() is None:
+            return ConfirmChoice(k, min(afford, self.rounds), afford)
+        if noise is None:  # no noise to choose by: `k` finalists, as planned
+            k, afford = finalists(runs, self.k, power_table.POWER_CAPS[-1])
             return ConfirmChoice(k, min(afford, self.rounds), afford)
         x = noise.log_sd / power_table.X1_PAIRED_SD
         most = max(self.k, self.k_power or 0)

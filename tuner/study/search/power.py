@@ -32,6 +32,7 @@ from typing import Final
 __all__ = [
     "CONFIRM_POWER",
     "FITTED",
+    "LARGEST_K",
     "POWER_CAPS",
     "POWER_LEVELS",
     "SLOW_WALK",
@@ -126,6 +127,9 @@ CONFIRM_POWER: Final[Mapping[str, Mapping[int, Mapping[float, tuple[float, ...]]
     )
 )
 # ------------------------------------------------------------------------------------------------
+
+# The most finalists the table has a row for (a plan may take up to these).
+LARGEST_K: Final = max(CONFIRM_POWER[SLOW_WALK])
 
 
 @dataclass(frozen=True)
