@@ -6,7 +6,9 @@
 # arctic-inference 0.3.0 is published as an sdist only (CMake, nanobind); its build-system
 # pins protobuf 5.29.6, which would downgrade the venv's, so the build requirements go into a
 # throw-away folder on PYTHONPATH and the build runs without isolation against the venv's
-# torch. The wheel is kept in ~/.cache/tuner/wheels (TUNER_WHEEL_CACHE), so a second install
+# torch, with CMake told which Python it builds for (left to itself, CMake's FindPython takes the
+# first python3 on PATH, and a venv of another version then gets an extension that does not
+# import: seen with a 3.12 target on a 3.11 PATH). The wheel is kept in ~/.cache/tuner/wheels (TUNER_WHEEL_CACHE), so a second install
 # only installs it. Idempotent: an importable `arctic_inference.suffix_decoding` of this
 # version is left alone. A failed build is one line on stderr and exit 0: tuner then leaves
 # "suffix" out of the search (its capability probe finds no arctic-inference) and everything
@@ -43,6 +45,7 @@ if [ -z "$wheel" ]; then
   {
     "$PY" -m pip install -q --target "$deps" nanobind==2.9.2 protobuf==5.29.6 grpcio-tools &&
       { command -v cmake >/dev/null 2>&1 || "$PY" -m pip install -q --target "$deps" cmake; } &&
+      CMAKE_ARGS="-DPython_EXECUTABLE=$("$PY" -c 'import sys; print(sys.executable)')" \
       PATH="$deps/bin:$PATH" PYTHONPATH="$deps" "$PY" -m pip wheel -q --no-deps \
         --no-build-isolation --no-binary arctic-inference -w "$WHEELS" \
         "arctic-inference==$VERSION" &&
