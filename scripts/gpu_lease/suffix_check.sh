@@ -36,6 +36,10 @@ DEPS=/tmp/arctic-deps
 WHEELS=/tmp/arctic-wheel
 rm -rf "$DEPS" "$WHEELS"; mkdir -p "$DEPS" "$WHEELS"
 t0=$(date +%s)
+if [ ! -f "$SRC/arctic_inference-0.3.0.tar.gz" ]; then
+  echo "no sdist in $SRC: only the wheel built off the machine" > "$OUT/build.log"
+  false
+else
 {
   $PY -m pip install -q --no-index --find-links "$SRC" --target "$DEPS" \
     nanobind==2.9.2 protobuf==5.29.6 grpcio-tools grpcio cmake ninja setuptools wheel &&
@@ -43,13 +47,14 @@ t0=$(date +%s)
   PATH="$DEPS/bin:$PATH" PYTHONPATH="$DEPS:${PYTHONPATH:-}" $PY -m pip wheel -v --no-deps \
     --no-build-isolation --no-index -w "$WHEELS" "$SRC/arctic_inference-0.3.0.tar.gz"
 } > "$OUT/build.log" 2>&1
+fi
 rc=$?
 t1=$(date +%s)
 wheel=$(ls "$WHEELS"/arctic_inference-0.3.0-*.whl 2>/dev/null | head -1)
 say "build: exit $rc in $((t1 - t0)) s; wheel: ${wheel:-none}" \
   "$( [ -n "$wheel" ] && $PY -c 'import sys, zipfile; print(" ".join(f"{i.filename} ({i.file_size} bytes)" for i in zipfile.ZipFile(sys.argv[1]).infolist() if i.filename.endswith(".so")))' "$wheel")"
 if [ -z "$wheel" ]; then
-  say "build failed: $(grep -m1 -E 'Error|error:' "$OUT/build.log")"
+  say "build failed or not tried: $(grep -m1 -E 'Error|error:|no sdist' "$OUT/build.log")"
   # A cp312 wheel built off the machine (the suffix tree links no torch; setup.py imports torch
   # only for a CMake path that tree never reads): is the GPU build's only obstacle the machine?
   wheel=$(ls "$SRC"/prebuilt/arctic_inference-0.3.0-cp312-*.whl 2>/dev/null | head -1)

@@ -7,6 +7,9 @@
 #   mkdir -p /tmp/arctic /tmp/models && cp .gpu/arctic/* /tmp/arctic/ && cp -r .gpu/model/* /tmp/models/
 #     (the sdist and its build wheels; `tuner models prepare smollm2-135m` without its weights
 #     and `tuner models prepare tiny-hybrid-mtp`)
+# (or, where the device time is short, three calls: the kit re-split into parts of 59,000,000
+# bytes, the last carrying .gpu/arctic/prebuilt (scripts/gpu_lease/arctic_wheel.sh) and
+# .gpu/model/smollm2-135m beside it: no build on the machine, no hybrid serve)
 # then, carrying the last kit part and .gpu/tools (the kit's env.sh):
 #   bash scripts/gpu_lease/suffix_go.sh [SECONDS]
 # and, while it runs, `bash scripts/gpu_lease/suffix_go.sh poll [SECONDS]` until DONE.
@@ -22,8 +25,12 @@ else
     cd /tmp/sc-tree || exit 1
     # shellcheck disable=SC1091
     source .gpu/tools/env.sh
-    setsid nohup bash scripts/gpu_lease/suffix_check.sh /tmp/sc /tmp/arctic \
-      /tmp/models/smollm2-135m /tmp/models/tiny-hybrid-mtp > /tmp/sc.log 2>&1 &
+    # An earlier call's /tmp/arctic and /tmp/models, else what this call carried in .gpu.
+    arctic=/tmp/arctic; [ -d "$arctic" ] || arctic=/tmp/sc-tree/.gpu/arctic
+    models=/tmp/models; [ -d "$models" ] || models=/tmp/sc-tree/.gpu/model
+    hybrid=$models/tiny-hybrid-mtp; [ -d "$hybrid" ] || hybrid=""
+    setsid nohup bash scripts/gpu_lease/suffix_check.sh /tmp/sc "$arctic" \
+      "$models/smollm2-135m" $hybrid > /tmp/sc.log 2>&1 &
   )
 fi
 t0=$(date +%s)
