@@ -1,8 +1,12 @@
 """`sample_efficiency.py --total-budget`: every study at an equal TOTAL cost (search, floor start
 and confirmation together), through the confirmation stage that ships.
 
-A study of total budget B (a share of the grid's cost) and split s spends s x B on the search
-(`_se_replay._search`: tuner's own loop, the preset's screening), then runs the stage as
+A study of total budget B (a share of the grid's cost) and split s searches as `tuner optimize
+--budget B` does (`budgeted_search`: tuner's own loop, the preset's screening, and the product's
+`tuner.study.search.budget.Budget` on the simulated clock, its share of the runs fixed to s): the
+sampler's target is the plan's trials, revised on each measured run
+(`loop_budget._set_budget_target`), and no search trial starts that cannot finish before the
+time the plan's confirmation runs need (`Budget.may_start_search`). Then it runs the stage as
 `tuner.study.stages.confirm.confirm_study` does, on the replayed runs:
 
 1. the floor start (the baseline's round 0: `queue_rounds([baseline], 1)`), when the study has a
@@ -44,16 +48,20 @@ from benchmarks._se_replay import (
     Search,
     _exported,
     _memoized_paired_ratio,
+    _Recorder,
     _request_factory,
-    _search,
+    new_study,
     study_results,
     world_table,
 )
 from tuner.defaults import CONFIRM_ROUNDS
 from tuner.metrics import DEFAULT_NOISE
 from tuner.results.export import confirmation_look
+from tuner.study.search.budget import END_RESERVE_S, Budget
+from tuner.study.search.estimate import planned_run_s
 from tuner.study.search.loop import StudyLoop
 from tuner.study.search.loop_settings import LoopSettings
+from tuner.study.stages.confirm import floor_start_needed
 from tuner.study.stages.confirm_finalists import _baseline, rank_finalists
 from tuner.study.stages.confirm_looks import _first_rounds, run_looks
 from tuner.study.stages.confirm_plan import ConfirmPlan
@@ -77,6 +85,63 @@ class Budgeted:
     baseline: bool  # the export is the baseline
 
 
+@dataclass
+class SplitBudget(Budget):
+    """The product's `Budget` with the search's share of the runs fixed to `split`, the share
+    under test: the product reads it from `budget_plan.BUDGET_SEARCH_SHARE`, which this replay
+    chooses. Everything else (the plan, its revisions, the guard) is `Budget`'s own."""
+
+    split: float = 0.7
+
+    def share(self) -> float:
+        return self.split
+
+
+def replay_budget(
+    table: GridTable, backend: _Recorder, total: float, split: float, k: int
+) -> SplitBudget:
+    """The budget `tuner optimize --budget` would build (`pipeline.start.study_budget`) for
+    `total` of the grid's cost, on the backend's clock: its server runs get `total` of the
+    grid's cost (the end's reserve, driver time the replay does not spend, on top), the
+    confirmation's caps are the replay's K and `CONFIRM_ROUNDS`, one slot, no baseline re-runs
+    (the replay's search runs none), the preset's run estimate until the first run is
+    measured."""
+    preset = table.preset
+    estimate = planned_run_s(preset, window_s=preset.window_s)
+    return SplitBudget(
+        budget_s=total * table.grid_cost_s() + END_RESERVE_S,
+        k=k,
+        rounds=CONFIRM_ROUNDS,
+        floor=floor_start_needed(preset),
+        baseline_every=0,
+        estimate_s=estimate[0] if estimate else None,
+        clock=backend.now,
+        start=backend.now(),
+        space_size=len(table.configs),
+        split=split,
+    )
+
+
+def budgeted_search(
+    table: GridTable, search: Search, seed: int, total: float, split: float, k: int
+) -> tuple[optuna.Study, _Recorder]:
+    """The search of `tuner optimize --budget` at `total` of the grid's cost with `split` of
+    the runs to the search: the loop under the product's budget (`replay_budget`), its first
+    target the first plan's trials as the pipeline sets it (`pipeline.run_study`)."""
+    study, backend = new_study(table, seed)
+    budget = replay_budget(table, backend, total, split, k)
+    first = budget.plan()
+    settings = LoopSettings(
+        n_trials=first.trials if first is not None else budget.slots,
+        seed=seed,
+        prune_rule=search.prune,
+        sampler_factory=search.sampler,
+        budget=budget,
+    )
+    StudyLoop(study, table.preset, backend, _request_factory(table.preset), settings).run()
+    return study, backend
+
+
 def _cost(backend: Any, number: int) -> float:
     start, end = backend.spans[number]
     return end - start
@@ -85,11 +150,12 @@ def _cost(backend: Any, number: int) -> float:
 def run_budgeted(
     table: GridTable, search: Search, seed: int, total: float, split: float, k: int
 ) -> Budgeted:
-    """One seeded study at total budget `total` (share of the grid's cost), the search getting
-    `split` of it, then the stage with up to `k` finalists and the rounds that fit."""
+    """One seeded study at total budget `total` (share of the grid's cost), the search's plan
+    getting `split` of its runs (`budgeted_search`), then the stage with up to `k` finalists
+    and the rounds that fit."""
     grid_cost = table.grid_cost_s()
     budget_s = total * grid_cost
-    study, backend = _search(table, search, seed, split * total)
+    study, backend = budgeted_search(table, search, seed, total, split, k)
     preset = table.preset
     settings = LoopSettings(n_trials=None, seed=seed, prune_rule=search.prune)
 
@@ -316,7 +382,7 @@ def table_lines(rows_: list[dict[str, Any]]) -> list[str]:
             for n in noises
         ]
         diff = _points(c0["minus_random"]) if c0.get("minus_random") else ""
-        split = f"{r['split'] * float(r['total'].rstrip('%')):.1f}% search, confirm {r['k']}"
+        split = f"{r['split']:.0%} of the runs, confirm {r['k']}"
         out.append(
             f"| {r['total']} | {short_name(r['search'])} ({split}) | " + " | ".join(cells)
             + f" | {diff} | {c0['spent_median']:.1%} ({c0['spent_max']:.1%}) "
@@ -409,9 +475,11 @@ def split_doc(chosen: dict[str, dict[str, Any]], source: str, noise: float) -> d
             "Written by benchmarks/sample_efficiency.py --total-budget: per total budget (share "
             "of the grid's cost), the split between search and confirmation with tuner's lowest "
             "mean regret in the replay through the shipped confirmation stage. search_share: "
-            "the share of the total the search gets; search and confirm: shares of the grid's "
-            "cost; confirm_k: finalists confirmed (the stage's cap: the rounds the rest pays "
-            "for, at most tuner.defaults.CONFIRM_ROUNDS)."
+            "the search's share of the budget's server runs (Budget.share, the plan's split); "
+            "search and confirm: that share of the total as shares of the grid's cost, nominal "
+            "(the plan counts full runs and a screened-out run costs less, so the search may "
+            "run more); confirm_k: finalists confirmed (the stage's cap: the rounds the rest "
+            "pays for, at most tuner.defaults.CONFIRM_ROUNDS)."
         ),
         "source": source,
         "chosen_at_noise": noise,

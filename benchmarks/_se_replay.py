@@ -3,10 +3,11 @@
 The searches compared (`Search`): `tuner optimize` as shipped, with the preset's screening and
 confirmation (`DEFAULT`), and random search with the same screening and confirmation
 (`RANDOM_DEFAULT`). A search runs tuner's own loop (`tuner.study.search.loop.StudyLoop`) on the
-simulated-clock backend over the recorded grid (`_grid_replay.GridReplayBackend`) until its
-budget is spent (`_search`); its answer is what `tuner export` would pick
-(`tuner.results.export.choose_export`, `_exported`). `world_table` moves the grid to one posterior
-draw of the truth (`grid_truth.py`); `_se_budget` runs the stage after the search.
+simulated-clock backend over the recorded grid (`_grid_replay.GridReplayBackend`, `new_study`)
+under the product's `--budget` plan and guard (`_se_budget.budgeted_search`); its answer is
+what `tuner export` would pick (`tuner.results.export.choose_export`, `_exported`).
+`world_table` moves the grid to one posterior draw of the truth (`grid_truth.py`); `_se_budget`
+runs the stage after the search.
 """
 
 from __future__ import annotations
@@ -26,8 +27,6 @@ from tuner.results import decision
 from tuner.results.export import choose_export
 from tuner.results.rows import StudyResults, TrialRow
 from tuner.study.search.driver import request_factory
-from tuner.study.search.loop import StudyLoop
-from tuner.study.search.loop_settings import LoopSettings
 from tuner.study.search.pruning import PruneRule, ScreenRule
 from tuner.study.search.sampling import SamplerFactory, make_sampler
 from tuner.study.space import config_key, load_preset
@@ -121,27 +120,15 @@ def _memoized_paired_ratio() -> None:
     decision.paired_ratio = paired_ratio
 
 
-def _search(
-    table: GridTable, search: Search, seed: int, budget: float
-) -> tuple[optuna.Study, _Recorder]:
-    """Run the study loop until `budget` (share of the grid's cost) is spent; no confirmation."""
-    grid_cost = table.grid_cost_s()
-    preset = table.preset
+def new_study(table: GridTable, seed: int) -> tuple[optuna.Study, _Recorder]:
+    """A seeded study in memory and its backend over `table` (the seed's noise and drift);
+    `_se_budget.budgeted_search` runs the loop on them."""
     study = optuna.create_study(
         storage=optuna.storages.InMemoryStorage(),
         direction="maximize",
         sampler=optuna.samplers.RandomSampler(seed),  # unused: the loop asks search.sampler
     )
-    backend = _Recorder(table, 1, random.Random(seed * 7919 + 1), _drift(seed))
-    settings = LoopSettings(
-        n_trials=len(table.configs),
-        seed=seed,
-        timeout_s=budget * grid_cost,
-        prune_rule=search.prune,
-        sampler_factory=search.sampler,
-    )
-    StudyLoop(study, preset, backend, _request_factory(preset), settings).run()
-    return study, backend
+    return study, _Recorder(table, 1, random.Random(seed * 7919 + 1), _drift(seed))
 
 
 def _request_factory(preset: Any) -> Any:

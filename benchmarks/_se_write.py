@@ -209,8 +209,8 @@ def render_readme(doc: dict[str, Any]) -> str:
         f"Replayed over the grid recorded on the CPU build (`{doc['command']}`, "
         f"{grid['took_s']} s, no vLLM; load shape): {grid['configs']} configs, "
         f"{grid['cost_min']} min in all. Every row at an "
-        f"equal TOTAL cost: the search (screening on) gets a share, then "
-        "the shipped confirmation stage (floor start, pooled finalists, `confirm_looks.run_looks`: "
+        f"equal TOTAL cost: the search (screening on) gets a share as under `--budget`, then "
+        "the shipped confirmation stage (floor start, pooled finalists, `run_looks`: "
         "looks, futility, drops) with the rounds the rest pays for; random search gets the "
         f"same stage and split, paired by seed (seed s of {grid['seeds']} in posterior draw s "
         "of the truth). regret: 1 - mu(export) / max mu; run noise: the sd of log tasks/h "
@@ -232,7 +232,7 @@ def render_readme(doc: dict[str, Any]) -> str:
     ks = " or ".join(str(k) for k in doc["ks_tried"])
     words = (
         f"Split per total (tuner's lowest mean regret at the first noise on seeds {lo_s}-{hi_s}, "
-        f"not the table's draws; search shares {shares} x confirm {ks}): {chosen} "
+        f"not the table's draws; search shares of the runs {shares} x confirm {ks}): {chosen} "
         f"({doc['split_file']}). {verdict(doc['rows'])}"
     )
     assert lo_s == SELECT_FROM

@@ -6,9 +6,10 @@ duplicate handling, constraints, budget) on a simulated-clock backend that answe
 grid recorded by `benchmarks/record_grid.py` (`benchmarks/_grid_replay.py`: noise by resampling
 the recorded per-task outcomes; a trial costs its recorded seconds, a pruned one what it ran),
 then the confirmation stage that ships, all within one total budget (`_se_budget.py`: search,
-floor start and confirmation together; tuner against random search with the same stage and
-split, paired by seed, at each `--run-noise`; the split between search and confirmation
-(`--splits`, `--ks`) chosen per total over `--select-seeds` seeds of their own). The answer is
+floor start and confirmation together, the search under the product's `--budget` plan and
+guard; tuner against random search with the same stage and split, paired by seed, at each
+`--run-noise`; the split of the runs between search and confirmation (`--splits`, `--ks`)
+chosen per total over `--select-seeds` seeds of their own). The answer is
 what `tuner export` would pick (`tuner.results.export.choose_export`, `_se_replay.py`).
 
 The truth is `benchmarks/grid_truth.py`'s posterior (draws of every config's log tasks/h from a

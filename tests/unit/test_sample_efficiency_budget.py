@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -74,11 +75,80 @@ def _worlds() -> None:
 def test_a_study_stays_inside_its_total_budget(_worlds: None, total: float) -> None:
     for search in (0, 1):
         _, run = budget.one((search, total, 0.4, 2, 0.05, 1))
-        assert run.search <= 0.4 * total + 0.03  # the last search run may overrun its share
+        assert run.search < total  # the guard left the confirmation its time
         assert run.spent <= total * 1.05
         assert run.rounds <= run.cap
         if run.cap:
             assert run.stop in ("win", "futile", "cap")
+
+
+def test_the_replay_s_budget_is_the_product_s_but_for_the_share_under_test() -> None:
+    from tuner.study.search.budget import Budget
+
+    assert issubclass(budget.SplitBudget, Budget)
+    for name in ("plan", "may_start_search", "run_started", "run_finished", "left_s", "run_s"):
+        assert getattr(budget.SplitBudget, name) is getattr(Budget, name), name
+    assert budget.SplitBudget(100.0, 1, 10, True, 0, 10.0, split=0.35).share() == 0.35
+    # The loop under the budget is the product's: the search's target and guard are its seam.
+    from tuner.study.search.loop import StudyLoop
+    from tuner.study.search.loop_budget import LoopBudget
+
+    assert issubclass(StudyLoop, LoopBudget)
+
+
+def _search_of(seed: int, total: float, split: float, k: int) -> tuple[list[int], Any]:
+    """The replay's budgeted search of tuner at seed `seed`: the trial counts the sampler was
+    handed, and (study, backend, table)."""
+    from benchmarks._se_replay import DEFAULT, Search
+    from tuner.study.search.sampling import make_sampler
+
+    handed: list[int] = []
+
+    def sampler(seed_: int | None, n: int) -> Any:
+        handed.append(n)
+        return make_sampler(seed_, n)
+
+    table = budget._WORLDS[0.05][seed % 2]
+    study, backend = budget.budgeted_search(
+        table, Search("tuner", sampler, DEFAULT.prune), seed, total, split, k
+    )
+    return handed, (study, backend, table)
+
+
+def test_the_sampler_is_handed_the_plan_s_trials_not_the_grid_s_size(_worlds: None) -> None:
+    from tuner.study.search.sampling import STARTUP_MIN, startup_trials
+
+    handed, (study, _, table) = _search_of(1, 0.25, 0.7, 1)
+    trials = study.get_trials(deepcopy=False)
+    assert handed and max(handed) < len(table.configs) // 3  # 52 configs: about 9 trials
+    # The sampler's count is the loop's target, which the search never passes.
+    assert len(trials) <= max(handed)
+    assert {startup_trials(n) for n in handed} == {STARTUP_MIN}  # 3 start-ups, not 5
+
+
+def test_no_search_trial_starts_that_the_budget_s_guard_refuses(
+    _worlds: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tuner.study.search.budget import Budget
+
+    asked: list[tuple[float, bool]] = []
+    guard = Budget.may_start_search
+
+    def spy(self: Budget, confirm_runs: int) -> bool:
+        answer = guard(self, confirm_runs)
+        asked.append((self.clock(), answer))
+        return answer
+
+    monkeypatch.setattr(Budget, "may_start_search", spy)
+    for seed in (0, 1):
+        asked.clear()
+        _, (_, backend, _) = _search_of(seed, 0.25, 0.4, 2)
+        starts = sorted(s for s, _ in backend.spans.values())
+        allowed = {t for t, yes in asked if yes}
+        assert all(s in allowed for s in starts[1:])  # the first run measures the cost
+        refused = [t for t, yes in asked if not yes]
+        # Once refused, nothing more starts: the search ends on the guard (or on its target).
+        assert not refused or max(starts) <= min(refused)
 
 
 def _section_and_doc() -> tuple[list[str], dict]:
