@@ -7,26 +7,32 @@ A study of total budget B (a share of the grid's cost) and split s searches as `
 sampler's target is the plan's trials, revised on each measured run
 (`loop_budget._set_budget_target`), and no search trial starts that cannot finish before the
 time the plan's confirmation runs need (`Budget.may_start_search`). Then it runs the stage as
-`tuner.study.stages.confirm.confirm_study` does, on the replayed runs:
+`tuner.study.stages.confirm.confirm_study` does under `--budget`, on the replayed runs and with
+the same `Budget` on the same clock (the stage's runs teach it their cost, as `run_waiting`'s
+loop does):
 
 1. the floor start (the baseline's round 0: `queue_rounds([baseline], 1)`), when the study has a
-   candidate and the floor fits in what is left;
-2. the finalists by the pooled evidence of every run (`rank_finalists`, the product's noise
-   floor), the top K;
-3. a plan that fits: the cap R is the most rounds of the baseline and the K finalists that the
-   rest of B pays for, each run costed at that config's own measured search run (what a planner
-   that calibrates a run's cost knows), at most the product's CONFIRM_ROUNDS; none fits: no
-   confirmation;
-4. the stage's sequential rounds themselves (`confirm.run_looks`: the same looks, O'Brien-Fleming
-   levels for cap R, futility stop and drops, through `tuner.results.export.confirmation_look`
-   on the first rounds' runs), each round queued by `confirm.queue_rounds` and run by the loop;
-5. what `tuner export` picks (`choose_export`) from every finished run.
+   candidate and the budget fits it (`confirm_budget._floor_fits`);
+2. the finalists and the cap the product chooses (`confirm_budget._budget_plan`:
+   `Budget.confirm_choice` at the study's measured noise, `tuner.results.decision.study_noise`
+   of the replayed runs, the prior updated by the baseline's starts): the cheapest plan that
+   reaches 80% power for a true +10% with slow starts, else the plan of most power the time left
+   pays for, up to the power table's largest K (`Budget.k_power`: no `--confirm` was given);
+   none fits: no confirmation. The top K by the pooled evidence of every run
+   (`rank_finalists`, the product's noise floor);
+3. the stage's sequential rounds themselves (`confirm.run_looks`: the same looks, O'Brien-Fleming
+   levels for the cap, futility stop and drops, through `tuner.results.export.confirmation_look`
+   on the first rounds' runs), each round queued by `confirm.queue_rounds` only while the
+   budget fits it (`_next_round`, `_over_budget`: else the stage stops on "the budget") and
+   run by the loop;
+4. what `tuner export` picks (`choose_export`) from every finished run.
 
 Random search gets the same screening, the same stage and the same split, seed by seed (same
-truth draw, same drift). Each (total, split, K) is replayed at every run noise (`--run-noise`:
+truth draw, same drift). Each (total, split) is replayed at every run noise (`--run-noise`:
 between-start sd of log tasks/h; the fitted sittings' drifts stay). The split of each total is
 chosen on tuner's mean regret at the first noise over seeds of their own (`--select-seeds`,
-disjoint from the reported ones), so the reported rows are not the best of several draws.
+disjoint from the reported ones), so the reported rows are not the best of several draws; K is
+not chosen there (each study's is its budget's power choice; the tables give the median).
 """
 
 from __future__ import annotations
@@ -54,20 +60,29 @@ from benchmarks._se_replay import (
     study_results,
     world_table,
 )
-from tuner.defaults import CONFIRM_ROUNDS
 from tuner.metrics import DEFAULT_NOISE
+from tuner.results.decision import study_noise
 from tuner.results.export import confirmation_look
 from tuner.study.search.budget import END_RESERVE_S, Budget
 from tuner.study.search.estimate import planned_run_s
 from tuner.study.search.loop import StudyLoop
 from tuner.study.search.loop_settings import LoopSettings
+from tuner.study.search.power import LARGEST_K
 from tuner.study.stages.confirm import floor_start_needed
+from tuner.study.stages.confirm_budget import (
+    _budget_plan,
+    _BudgetStop,
+    _floor_fits,
+    _next_round,
+    _over_budget,
+)
 from tuner.study.stages.confirm_finalists import _baseline, rank_finalists
 from tuner.study.stages.confirm_looks import _first_rounds, run_looks
 from tuner.study.stages.confirm_plan import ConfirmPlan
 from tuner.study.stages.confirm_rounds import queue_rounds
 
 SEARCHES = (DEFAULT, RANDOM_DEFAULT)
+BY_POWER = "power"  # a choice's K: each study's stage takes `Budget.confirm_choice`'s
 NEAR = 0.05  # hit: an export within 5% of the best config's tasks/h
 BOOT = 2000  # bootstrap resamples of the seeds
 
@@ -81,8 +96,9 @@ class Budgeted:
     search: float  # share of the grid's cost the search used
     rounds: int  # confirmation rounds run (0: none)
     cap: int  # the plan's cap R (0: no confirmation fitted)
-    stop: str  # why the stage stopped: win, futile, cap, none
+    stop: str  # why the stage stopped: win, futile, cap, budget, none
     baseline: bool  # the export is the baseline
+    k: int = 0  # finalists the budget's power choice took (0: no confirmation fitted)
 
 
 @dataclass
@@ -97,39 +113,42 @@ class SplitBudget(Budget):
         return self.split
 
 
-def replay_budget(
-    table: GridTable, backend: _Recorder, total: float, split: float, k: int
-) -> SplitBudget:
+def replay_budget(table: GridTable, backend: _Recorder, total: float, split: float) -> SplitBudget:
     """The budget `tuner optimize --budget` would build (`pipeline.start.study_budget`) for
-    `total` of the grid's cost, on the backend's clock: its server runs get `total` of the
-    grid's cost (the end's reserve, driver time the replay does not spend, on top), the
-    confirmation's caps are the replay's K and `CONFIRM_ROUNDS`, one slot, no baseline re-runs
-    (the replay's search runs none), the preset's run estimate until the first run is
-    measured."""
+    `total` of the grid's cost with no `--confirm` given, on the backend's clock: its server
+    runs get `total` of the grid's cost (the end's reserve, driver time the replay does not
+    spend, on top), the confirmation's caps are the preset's plan (`ConfirmPlan.for_preset`),
+    its power choice may take up to the power table's largest K unless the preset fixed one
+    (the pipeline's `k_power`), one slot, no baseline re-runs (the replay's search runs none),
+    the preset's run estimate until the first run is measured."""
     preset = table.preset
     estimate = planned_run_s(preset, window_s=preset.window_s)
+    plan = ConfirmPlan.for_preset(preset)
+    chosen_k = preset.confirm is not None  # `pipeline.optimize`: no --confirm in the replay
     return SplitBudget(
         budget_s=total * table.grid_cost_s() + END_RESERVE_S,
-        k=k,
-        rounds=CONFIRM_ROUNDS,
+        k=plan.k,
+        rounds=plan.rounds,
         floor=floor_start_needed(preset),
         baseline_every=0,
         estimate_s=estimate[0] if estimate else None,
         clock=backend.now,
         start=backend.now(),
         space_size=len(table.configs),
+        k_power=plan.k if chosen_k else LARGEST_K,
         split=split,
     )
 
 
 def budgeted_search(
-    table: GridTable, search: Search, seed: int, total: float, split: float, k: int
-) -> tuple[optuna.Study, _Recorder]:
+    table: GridTable, search: Search, seed: int, total: float, split: float
+) -> tuple[optuna.Study, _Recorder, SplitBudget]:
     """The search of `tuner optimize --budget` at `total` of the grid's cost with `split` of
     the runs to the search: the loop under the product's budget (`replay_budget`), its first
-    target the first plan's trials as the pipeline sets it (`pipeline.run_study`)."""
+    target the first plan's trials as the pipeline sets it (`pipeline.run_study`). The budget
+    comes back with the study: the stage goes on with the same object on the same clock."""
     study, backend = new_study(table, seed)
-    budget = replay_budget(table, backend, total, split, k)
+    budget = replay_budget(table, backend, total, split)
     first = budget.plan()
     settings = LoopSettings(
         n_trials=first.trials if first is not None else budget.slots,
@@ -139,25 +158,28 @@ def budgeted_search(
         budget=budget,
     )
     StudyLoop(study, table.preset, backend, _request_factory(table.preset), settings).run()
-    return study, backend
+    return study, backend, budget
 
 
-def _cost(backend: Any, number: int) -> float:
-    start, end = backend.spans[number]
-    return end - start
+def _quiet(_: str) -> None:
+    """The stage's lines (the replay says nothing)."""
 
 
 def run_budgeted(
-    table: GridTable, search: Search, seed: int, total: float, split: float, k: int
+    table: GridTable, search: Search, seed: int, total: float, split: float
 ) -> Budgeted:
     """One seeded study at total budget `total` (share of the grid's cost), the search's plan
-    getting `split` of its runs (`budgeted_search`), then the stage with up to `k` finalists
-    and the rounds that fit."""
+    getting `split` of its runs (`budgeted_search`), then the stage as `confirm_study` runs it
+    under `--budget`, on the same `Budget` and clock: the floor start when it fits
+    (`_floor_fits`), the finalists and cap the time left buys at the study's measured noise
+    (`_budget_plan`: `Budget.confirm_choice` of `study_noise` on the replayed runs), each
+    round queued only while it fits (`_next_round`, `_over_budget`)."""
     grid_cost = table.grid_cost_s()
-    budget_s = total * grid_cost
-    study, backend = budgeted_search(table, search, seed, total, split, k)
+    study, backend, budget = budgeted_search(table, search, seed, total, split)
     preset = table.preset
-    settings = LoopSettings(n_trials=None, seed=seed, prune_rule=search.prune)
+    # The stage's runs: the loop without a target under the same budget (`run_waiting`'s
+    # settings), so each finished run teaches the budget its cost.
+    settings = LoopSettings(n_trials=None, seed=seed, prune_rule=search.prune, budget=budget)
 
     def run_queue() -> None:
         StudyLoop(study, preset, backend, _request_factory(preset), settings).run()
@@ -165,45 +187,61 @@ def run_budgeted(
     def spent() -> float:
         return sum(e - s for s, e in backend.spans.values())
 
+    def results() -> Any:
+        done = {t.number: t for t in study.get_trials(deepcopy=False)}
+        return study_results(table, done, backend.results, list(backend.spans))
+
     searched = spent()
     trials = study.get_trials(deepcopy=False)
     start_sd = DEFAULT_NOISE.log_sd / math.sqrt(2)  # the CPU preset has no `between_run`
     ranked = rank_finalists(trials, noise_sd=start_sd)
     base = _baseline(trials)
-    rounds, cap, stop = 0, 0, "none"
-    if base is not None and ranked and budget_s - searched >= _cost(backend, base.number):
+    rounds, cap, k, stop = 0, 0, 0, "none"
+    if base is not None and ranked and _floor_fits(budget, study, base):
         # The floor start (the baseline's round 0), then the finalists on every run.
         queue_rounds(study, [base], 1)
         run_queue()
         trials = study.get_trials(deepcopy=False)
-        finalists = [t for t, _ in rank_finalists(trials, noise_sd=start_sd)[:k]]
-        left = budget_s - spent()
-        per_round = _cost(backend, base.number) + sum(_cost(backend, t.number) for t in finalists)
-        first = sum(_cost(backend, t.number) for t in finalists)  # round 0's baseline ran
-        cap = 0 if left < first else min(CONFIRM_ROUNDS, 1 + int((left - first) // per_round))
-        if cap > 0:
-            plan = ConfirmPlan(k, cap)
+        ranked = rank_finalists(trials, noise_sd=start_sd)
+        fresh = _baseline(trials)
+        # The product's choice: K and the cap from the time left and the study's noise (the
+        # prior updated by the baseline's starts, as `confirm_budget.measured_noise` reads it).
+        plan = _budget_plan(budget, ConfirmPlan.for_preset(preset), _quiet, study_noise(results()))
+        k, cap = plan.k, plan.rounds
+        finalists = [t for t, _ in ranked[: plan.k]]
+        if plan.enabled and fresh is not None and finalists:
 
             def run_rounds(live: list[Any], upto: int) -> int:
-                n = queue_rounds(study, live, upto)
-                if n:
+                n = 0
+                for _ in range(2 * upto + 2):  # a run that fails again is not retried forever
+                    next_ = _next_round(study, live, upto)
+                    short = _over_budget(budget, study, live, next_)
+                    if short is not None:
+                        raise _BudgetStop(next_ - 1, short)
+                    more = queue_rounds(study, live, next_)
+                    if not more:
+                        break
+                    n += more
                     run_queue()
                 return n
 
             def look(upto: int) -> Any:
-                done = {t.number: t for t in study.get_trials(deepcopy=False)}
-                results = study_results(table, done, backend.results, list(backend.spans))
                 return confirmation_look(
-                    _first_rounds(results, upto), upto, plan.first_look, plan.rounds
+                    _first_rounds(results(), upto), upto, plan.first_look, plan.rounds
                 )
 
-            _, (rounds, reason) = run_looks(
-                [base, *finalists], plan.first_look, set(), run_rounds, look
-            )
-            stop = "win" if "beats" in reason else "futile" if "no config can" in reason else "cap"
+            try:
+                _, (rounds, reason) = run_looks(
+                    [fresh, *finalists], plan.first_look, set(), run_rounds, look
+                )
+                stop = (
+                    "win" if "beats" in reason else "futile" if "no config can" in reason else "cap"
+                )
+            except _BudgetStop as short:
+                rounds, stop = short.rounds, "budget"
     done = {t.number: t for t in study.get_trials(deepcopy=False)}
     is_base, key = _exported(table, done, backend.results, sorted(backend.spans))
-    return Budgeted(key, spent() / grid_cost, searched / grid_cost, rounds, cap, stop, is_base)
+    return Budgeted(key, spent() / grid_cost, searched / grid_cost, rounds, cap, stop, is_base, k)
 
 
 # ---- many studies ---------------------------------------------------------------------------
@@ -227,13 +265,13 @@ def init(
     _memoized_paired_ratio()
 
 
-Job = tuple[int, float, float, int, float, int]  # search, total, split, k, noise, seed
+Job = tuple[int, float, float, float, int]  # search, total, split, noise, seed
 
 
 def one(job: Job) -> tuple[Job, Budgeted]:
-    i, total, split, k, sd, seed = job
+    i, total, split, sd, seed = job
     worlds = _WORLDS[sd]
-    return job, run_budgeted(worlds[seed % len(worlds)], SEARCHES[i], seed, total, split, k)
+    return job, run_budgeted(worlds[seed % len(worlds)], SEARCHES[i], seed, total, split)
 
 
 # ---- the metric -----------------------------------------------------------------------------
@@ -251,14 +289,14 @@ def judge(key: str | None, base: str, keys: list[str], mu: np.ndarray) -> tuple[
 
 def record(job: Job, run: Budgeted, base: str, keys: list[str], mu: np.ndarray) -> dict[str, Any]:
     """One seed's outcome, judged in its own posterior draw (the world it searched)."""
-    i, total, split, k, sd, seed = job
+    i, total, split, sd, seed = job
     draw = seed % len(mu)
     regret, hit = judge(run.export, base, keys, mu[draw : draw + 1])
     return {
         "search": SEARCHES[i].name,
         "total": total,
         "split": split,
-        "k": k,
+        "k": run.k,  # the finalists the budget's power choice took (0: no confirmation)
         "noise": sd,
         "seed": seed,
         "export": keys.index(run.export) if run.export is not None else None,
@@ -287,7 +325,13 @@ def cell(records: list[dict[str, Any]]) -> dict[str, Any]:
         "baseline": round(sum(r["baseline"] for r in records) / n, 4),
         "rounds_median": float(statistics.median(r["rounds"] for r in records)),
         "cap_median": float(statistics.median(r["cap"] for r in records)),
-        "stops": {s: sum(r["stop"] == s for r in records) for s in ("win", "futile", "cap")},
+        "k_median": float(statistics.median(r["k"] for r in records)),
+        "ks": {
+            str(k): sum(r["k"] == k for r in records) for k in sorted({r["k"] for r in records})
+        },
+        "stops": {
+            s: sum(r["stop"] == s for r in records) for s in ("win", "futile", "cap", "budget")
+        },
     }
 
 
@@ -307,23 +351,25 @@ def paired_diff(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> dict[str, A
 def group(records: list[dict[str, Any]]) -> dict[tuple[Any, ...], list[dict[str, Any]]]:
     out: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for r in records:
-        out.setdefault((r["search"], r["total"], r["split"], r["k"], r["noise"]), []).append(r)
+        out.setdefault((r["search"], r["total"], r["split"], r["noise"]), []).append(r)
     return out
 
 
 def choose_splits(records: list[dict[str, Any]], noise: float) -> dict[str, dict[str, Any]]:
-    """Per total: the (split, K) with tuner's lowest mean regret at `noise` (ties: the lower
-    median, then more search), with every candidate's cell."""
+    """Per total: the split with tuner's lowest mean regret at `noise` (ties: the lower
+    median, then more search), with every candidate's cell. K is not chosen here: each study's
+    stage takes the budget's power choice (`Budget.confirm_choice`), so the choice's `k` is
+    "power" and each cell says the K the studies took (`k_median`, `ks`)."""
     cells = group(records)
     out: dict[str, dict[str, Any]] = {}
     for total in sorted({r["total"] for r in records}):
         tried = []
-        for (name, t, split, k, sd), rs in sorted(cells.items()):
+        for (name, t, split, sd), rs in sorted(cells.items()):
             if name == DEFAULT.name and t == total and sd == noise:
                 c = cell(rs)
-                tried.append({"split": split, "k": k, **c})
+                tried.append({"split": split, **c})
         best = min(tried, key=lambda c: (c["regret_mean"], c["regret_median"], -c["split"]))
-        out[f"{total:.0%}"] = {"split": best["split"], "k": best["k"], "tried": tried}
+        out[f"{total:.0%}"] = {"split": best["split"], "k": BY_POWER, "tried": tried}
     return out
 
 
@@ -336,16 +382,16 @@ def rows(records: list[dict[str, Any]], chosen: dict[str, dict[str, Any]]) -> li
         total = float(label.rstrip("%")) / 100
         for s in SEARCHES:
             row: dict[str, Any] = {
-                "search": s.name, "total": label, "split": pick["split"], "k": pick["k"],
+                "search": s.name, "total": label, "split": pick["split"], "k": BY_POWER,
                 "noise": {},
             }  # fmt: skip
             for sd in sorted({r["noise"] for r in records}):
-                rs = cells.get((s.name, total, pick["split"], pick["k"], sd))
+                rs = cells.get((s.name, total, pick["split"], sd))
                 if not rs:
                     continue
                 c = cell(rs)
                 if s is DEFAULT:
-                    other = cells[(RANDOM_DEFAULT.name, total, pick["split"], pick["k"], sd)]
+                    other = cells[(RANDOM_DEFAULT.name, total, pick["split"], sd)]
                     c["minus_random"] = paired_diff(rs, other)
                 row["noise"][f"{sd:.0%}"] = c
             out.append(row)
@@ -382,7 +428,7 @@ def table_lines(rows_: list[dict[str, Any]]) -> list[str]:
             for n in noises
         ]
         diff = _points(c0["minus_random"]) if c0.get("minus_random") else ""
-        split = f"{r['split']:.0%} of the runs, confirm {r['k']}"
+        split = f"{r['split']:.0%} of the runs, confirm by power: K {c0['k_median']:g} median"
         out.append(
             f"| {r['total']} | {short_name(r['search'])} ({split}) | " + " | ".join(cells)
             + f" | {diff} | {c0['spent_median']:.1%} ({c0['spent_max']:.1%}) "
@@ -434,30 +480,30 @@ def _replay(
 
 def run_all(  # noqa: PLR0913 (every --total-budget option, keyword-only, from main)
     data: Path, keys: list[str], mu: np.ndarray, base: str, drifts: list[float],
-    *, totals: tuple[float, ...], splits: tuple[float, ...], ks: tuple[int, ...],
+    *, totals: tuple[float, ...], splits: tuple[float, ...],
     noises: tuple[float, ...], seeds: int, select_seeds: int, n_jobs: int,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, dict[str, Any]]]:  # fmt: skip
-    """Choose each total's (split, K) on tuner alone over `select_seeds` seeds of their own
-    (first noise), then replay tuner and random at the chosen ones over `seeds` seeds at every
-    noise. Returns (the selection's records, the reported records, the choice)."""
+    """Choose each total's split on tuner alone over `select_seeds` seeds of their own (first
+    noise), then replay tuner and random at the chosen ones over `seeds` seeds at every noise;
+    each study's K and cap are its budget's power choice. Returns (the selection's records,
+    the reported records, the choice)."""
     n_worlds = max(seeds, SELECT_FROM + select_seeds)
     worlds = [dict(zip(keys, map(float, mu[s % len(mu)]), strict=True)) for s in range(n_worlds)]
     picks = [
-        (0, t, s, k, noises[0], seed)
+        (0, t, s, noises[0], seed)
         for t in totals
         for s in splits
-        for k in ks
         for seed in range(SELECT_FROM, SELECT_FROM + select_seeds)
     ]
-    if len(splits) * len(ks) > 1:
+    if len(splits) > 1:
         selection = [record(j, r, base, keys, mu) for j, r in _replay(
             picks, data, worlds, noises[:1], drifts, n_jobs)]  # fmt: skip
         chosen = choose_splits(selection, noises[0])
     else:
         selection = []
-        chosen = {f"{t:.0%}": {"split": splits[0], "k": ks[0], "tried": []} for t in totals}
+        chosen = {f"{t:.0%}": {"split": splits[0], "k": BY_POWER, "tried": []} for t in totals}
     jobs = [
-        (i, t, chosen[f"{t:.0%}"]["split"], chosen[f"{t:.0%}"]["k"], sd, seed)
+        (i, t, chosen[f"{t:.0%}"]["split"], sd, seed)
         for i in range(len(SEARCHES))
         for t in totals
         for sd in noises
@@ -478,8 +524,10 @@ def split_doc(chosen: dict[str, dict[str, Any]], source: str, noise: float) -> d
             "the search's share of the budget's server runs (Budget.share, the plan's split); "
             "search and confirm: that share of the total as shares of the grid's cost, nominal "
             "(the plan counts full runs and a screened-out run costs less, so the search may "
-            "run more); confirm_k: finalists confirmed (the stage's cap: the rounds the rest "
-            "pays for, at most tuner.defaults.CONFIRM_ROUNDS)."
+            'run more); confirm_k: "power": the finalists and the cap of rounds are each '
+            "study's budget's power choice (Budget.confirm_choice at the study's measured noise, "
+            "up to tuner.study.search.power.LARGEST_K finalists), not the split's; "
+            "confirm_k_median: the median K that choice took on the selection's seeds."
         ),
         "source": source,
         "chosen_at_noise": noise,
@@ -490,6 +538,9 @@ def split_doc(chosen: dict[str, dict[str, Any]], source: str, noise: float) -> d
                 "search": round(c["split"] * float(label.rstrip("%")) / 100, 4),
                 "confirm": round((1 - c["split"]) * float(label.rstrip("%")) / 100, 4),
                 "confirm_k": c["k"],
+                "confirm_k_median": next(
+                    (t["k_median"] for t in c["tried"] if t["split"] == c["split"]), None
+                ),
             }
             for label, c in chosen.items()
         },
@@ -499,18 +550,21 @@ def split_doc(chosen: dict[str, dict[str, Any]], source: str, noise: float) -> d
 def tried_lines(chosen: dict[str, dict[str, Any]]) -> list[str]:
     """Every split tried, per total: tuner's regret at the selection's noise and seeds."""
     out = [
-        "| total | search share | K | regret mean (median) | hit | cost median (max) | "
-        "baseline exported | rounds (cap) median | stops win/futile/cap |",
+        "| total | search share | K by power, median (studies per K) | regret mean (median) | "
+        "hit | cost median (max) | baseline exported | rounds (cap) median | "
+        "stops win/futile/cap/budget |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for label, c in chosen.items():
         for t in c["tried"]:
-            mark = " **chosen**" if (t["split"], t["k"]) == (c["split"], c["k"]) else ""
+            mark = " **chosen**" if t["split"] == c["split"] else ""
             s = t["stops"]
+            ks = ", ".join(f"K {k}: {n}" for k, n in t["ks"].items())
             out.append(
-                f"| {label} | {t['split']:.0%}{mark} | {t['k']} | {t['regret_mean']:.1%} "
+                f"| {label} | {t['split']:.0%}{mark} | {t['k_median']:g} ({ks}) | "
+                f"{t['regret_mean']:.1%} "
                 f"({t['regret_median']:.1%}) | {t['hit']:.0%} | {t['spent_median']:.1%} "
                 f"({t['spent_max']:.1%}) | {t['baseline']:.0%} | {t['rounds_median']:.0f} "
-                f"({t['cap_median']:.0f}) | {s['win']}/{s['futile']}/{s['cap']} |"
+                f"({t['cap_median']:.0f}) | {s['win']}/{s['futile']}/{s['cap']}/{s['budget']} |"
             )
     return out

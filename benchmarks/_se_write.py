@@ -211,7 +211,8 @@ def render_readme(doc: dict[str, Any]) -> str:
         f"{grid['cost_min']} min in all. Every row at an "
         f"equal TOTAL cost: the search (screening on) gets a share as under `--budget`, then "
         "the shipped confirmation stage (floor start, pooled finalists, `run_looks`: "
-        "looks, futility, drops) with the rounds the rest pays for; random search gets the "
+        "looks, futility, drops), K and rounds by `--budget`'s power choice; random search "
+        "gets the "
         f"same stage and split, paired by seed (seed s of {grid['seeds']} in posterior draw s "
         "of the truth). regret: 1 - mu(export) / max mu; run noise: the sd of log tasks/h "
         "between starts, plus a sitting's drift "
@@ -223,16 +224,12 @@ def render_readme(doc: dict[str, Any]) -> str:
         out += ["", t_src, *_wrap(truth)]
     out += ["", src, *total_table(doc["rows"])]
     lo_s, hi_s = doc["select_seeds"]
-    chosen = "; ".join(
-        f"{label}: {c['split']:.0%} to search, confirm {c['k']}"
-        for label, c in doc["chosen"].items()
-    )
+    chosen = "; ".join(f"{label}: {c['split']:.0%} to search" for label, c in doc["chosen"].items())
     tried = doc["splits_tried"]
     shares = f"{min(tried):.0%}-{max(tried):.0%}" if len(tried) > 1 else f"{tried[0]:.0%}"
-    ks = " or ".join(str(k) for k in doc["ks_tried"])
     words = (
         f"Split per total (tuner's lowest mean regret at the first noise on seeds {lo_s}-{hi_s}, "
-        f"not the table's draws; search shares of the runs {shares} x confirm {ks}): {chosen} "
+        f"not the table's draws; search shares of the runs {shares}): {chosen} "
         f"({doc['split_file']}). {verdict(doc['rows'])}"
     )
     assert lo_s == SELECT_FROM

@@ -8,7 +8,7 @@ the recorded per-task outcomes; a trial costs its recorded seconds, a pruned one
 then the confirmation stage that ships, all within one total budget (`_se_budget.py`: search,
 floor start and confirmation together, the search under the product's `--budget` plan and
 guard; tuner against random search with the same stage and split, paired by seed, at each
-`--run-noise`; the split of the runs between search and confirmation (`--splits`, `--ks`)
+`--run-noise`; the split of the runs between search and confirmation (`--splits`)
 chosen per total over `--select-seeds` seeds of their own). The answer is
 what `tuner export` would pick (`tuner.results.export.choose_export`, `_se_replay.py`).
 
@@ -17,7 +17,7 @@ hierarchical model of every recorded run); seed s replays the grid moved to post
 regret: 1 - mu(export) / max mu; hit: regret <= 5%.
 
     python -m benchmarks.sample_efficiency --total-budget [10,25,50] [--seeds 100]
-        [--splits 0.2,...,0.9] [--ks 1,2] [--run-noise 0.05,0.10,0.12] [--select-seeds 50]
+        [--splits 0.2,...,0.9] [--run-noise 0.05,0.10,0.12] [--select-seeds 50]
         [--data FILE] [--truth FILE] [--jobs N] [--out FILE.md] [--readme README.md]
     python -m benchmarks.sample_efficiency --render --readme README.md
 
@@ -62,7 +62,6 @@ def main() -> int:
     )
     add("--total-budget", nargs="?", const=TOTALS, default=TOTALS, metavar="PERCENTS", help=totals)
     add("--splits", default="0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9", help="search shares tried")
-    add("--ks", default="1,2", help="finalists tried")
     noise = "between-start run sds replayed (the first chooses the split)"
     add("--run-noise", default="0.05,0.10,0.12", help=noise)
     add("--select-seeds", type=int, default=50, help="seeds (of their own) the split is chosen on")
@@ -121,7 +120,7 @@ def total_budget(
     base = config_key(table.preset.baseline_params())
     selection, reported, chosen = budget.run_all(
         args.data, keys, mu, base, drifts,
-        totals=totals, splits=floats(args.splits), ks=tuple(int(x) for x in args.ks.split(",")),
+        totals=totals, splits=floats(args.splits),
         noises=noises, seeds=args.seeds, select_seeds=args.select_seeds, n_jobs=args.jobs,
     )  # fmt: skip
     took = time.monotonic() - t0
@@ -148,7 +147,7 @@ def total_budget(
         "chosen": chosen,
         "select_seeds": [budget.SELECT_FROM, budget.SELECT_FROM + args.select_seeds - 1],
         "splits_tried": floats(args.splits),
-        "ks_tried": [int(x) for x in args.ks.split(",")],
+        "k": "by the budget's power choice (Budget.confirm_choice), up to LARGEST_K",
         "verdict": budget.verdict(rows),
     }
     header = (

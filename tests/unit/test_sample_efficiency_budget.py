@@ -20,7 +20,9 @@ from benchmarks import _se_budget as budget
 from benchmarks import _se_write as write
 from benchmarks._grid_replay import LARGE_DATA
 from benchmarks.grid_truth import load_draws, truth_path
+from tuner.metrics import DEFAULT_NOISE
 from tuner.results.export_rule import Look
+from tuner.study.search.power import LARGEST_K
 from tuner.study.stages import confirm_finalists, confirm_looks, confirm_rounds
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,7 +76,7 @@ def _worlds() -> None:
 @pytest.mark.parametrize("total", [0.10, 0.25])
 def test_a_study_stays_inside_its_total_budget(_worlds: None, total: float) -> None:
     for search in (0, 1):
-        _, run = budget.one((search, total, 0.4, 2, 0.05, 1))
+        _, run = budget.one((search, total, 0.4, 0.05, 1))
         assert run.search < total  # the guard left the confirmation its time
         assert run.spent <= total * 1.05
         assert run.rounds <= run.cap
@@ -96,7 +98,7 @@ def test_the_replay_s_budget_is_the_product_s_but_for_the_share_under_test() -> 
     assert issubclass(StudyLoop, LoopBudget)
 
 
-def _search_of(seed: int, total: float, split: float, k: int) -> tuple[list[int], Any]:
+def _search_of(seed: int, total: float, split: float) -> tuple[list[int], Any]:
     """The replay's budgeted search of tuner at seed `seed`: the trial counts the sampler was
     handed, and (study, backend, table)."""
     from benchmarks._se_replay import DEFAULT, Search
@@ -109,8 +111,8 @@ def _search_of(seed: int, total: float, split: float, k: int) -> tuple[list[int]
         return make_sampler(seed_, n)
 
     table = budget._WORLDS[0.05][seed % 2]
-    study, backend = budget.budgeted_search(
-        table, Search("tuner", sampler, DEFAULT.prune), seed, total, split, k
+    study, backend, _ = budget.budgeted_search(
+        table, Search("tuner", sampler, DEFAULT.prune), seed, total, split
     )
     return handed, (study, backend, table)
 
@@ -118,7 +120,7 @@ def _search_of(seed: int, total: float, split: float, k: int) -> tuple[list[int]
 def test_the_sampler_is_handed_the_plan_s_trials_not_the_grid_s_size(_worlds: None) -> None:
     from tuner.study.search.sampling import STARTUP_MIN, startup_trials
 
-    handed, (study, _, table) = _search_of(1, 0.25, 0.7, 1)
+    handed, (study, _, table) = _search_of(1, 0.25, 0.7)
     trials = study.get_trials(deepcopy=False)
     assert handed and max(handed) < len(table.configs) // 3  # 52 configs: about 9 trials
     # The sampler's count is the loop's target, which the search never passes.
@@ -142,7 +144,7 @@ def test_no_search_trial_starts_that_the_budget_s_guard_refuses(
     monkeypatch.setattr(Budget, "may_start_search", spy)
     for seed in (0, 1):
         asked.clear()
-        _, (_, backend, _) = _search_of(seed, 0.25, 0.4, 2)
+        _, (_, backend, _) = _search_of(seed, 0.25, 0.4)
         starts = sorted(s for s, _ in backend.spans.values())
         allowed = {t for t, yes in asked if yes}
         assert all(s in allowed for s in starts[1:])  # the first run measures the cost
@@ -151,7 +153,95 @@ def test_no_search_trial_starts_that_the_budget_s_guard_refuses(
         assert not refused or max(starts) <= min(refused)
 
 
-def _section_and_doc() -> tuple[list[str], dict]:
+def test_the_stage_takes_the_budget_s_power_choice_at_the_study_s_noise(
+    _worlds: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stage's K and cap are what `Budget.confirm_choice` returned for the noise
+    `study_noise` measured on that study's runs, on the budget the search ran under."""
+    from tuner.results import decision
+    from tuner.study.search.budget import Budget
+
+    made: list[Budget] = []
+    make = budget.replay_budget
+
+    def made_budget(*a: Any) -> Any:
+        made.append(make(*a))
+        return made[-1]
+
+    noises: list[Any] = []
+    measure = decision.study_noise
+
+    def noise_spy(results: Any) -> Any:
+        noises.append(measure(results))
+        return noises[-1]
+
+    asked: list[tuple[Budget, Any, Any]] = []
+    choose = Budget.confirm_choice
+
+    def choice_spy(self: Budget, noise: Any) -> Any:
+        answer = choose(self, noise)
+        asked.append((self, noise, answer))
+        return answer
+
+    looks: list[tuple[list[int], int]] = []
+    run_looks = confirm_looks.run_looks  # the replay's own (the first test)
+
+    def looks_spy(configs: list[Any], first: int, *a: Any, **kw: Any) -> Any:
+        looks.append(([t.number for t in configs], first))
+        return run_looks(configs, first, *a, **kw)
+
+    monkeypatch.setattr(budget, "replay_budget", made_budget)
+    monkeypatch.setattr(budget, "study_noise", noise_spy)
+    monkeypatch.setattr(Budget, "confirm_choice", choice_spy)
+    monkeypatch.setattr(budget, "run_looks", looks_spy)
+    seen_k = set()
+    for total, seed in ((0.25, 0), (0.25, 1), (0.5, 0)):
+        for seen in (made, noises, asked, looks):
+            seen.clear()
+        _, run = budget.one((0, total, 0.5, 0.05, seed))
+        assert len(asked) == 1 and len(made) == 1
+        spent_on, noise, choice = asked[0]
+        assert spent_on is made[0]  # the search's budget, carried into the stage
+        assert noise is noises[-1]  # the study's measured noise, not the prior
+        assert noise.df > DEFAULT_NOISE.df  # the prior updated by the baseline's own starts
+        assert spent_on.k_power == LARGEST_K  # no --confirm: the power table's largest K
+        assert (run.k, run.cap) == (choice.k, choice.rounds)
+        assert choice.k >= 1 and choice.rounds >= 1
+        configs, _ = looks[0]
+        assert len(configs) == 1 + choice.k  # the baseline and the choice's finalists
+        assert run.rounds <= choice.rounds
+        seen_k.add(choice.k)
+    assert seen_k
+
+
+@pytest.mark.parametrize(("k", "rounds"), [(2, 1), (3, 2), (0, 0)])
+def test_the_stage_runs_whatever_the_budget_chooses(
+    _worlds: None, monkeypatch: pytest.MonkeyPatch, k: int, rounds: int
+) -> None:
+    """K and the cap are not the replay's: a budget that chooses the top 2 for 1 round, the
+    top 3 for 2, or no round, gets exactly that stage."""
+    from tuner.study.search.budget import Budget, ConfirmChoice
+
+    monkeypatch.setattr(
+        Budget, "confirm_choice", lambda self, noise: ConfirmChoice(k, rounds, rounds)
+    )
+    looks: list[int] = []
+    run_looks = confirm_looks.run_looks  # the replay's own (the first test)
+
+    def looks_spy(configs: list[Any], *a: Any, **kw: Any) -> Any:
+        looks.append(len(configs))
+        return run_looks(configs, *a, **kw)
+
+    monkeypatch.setattr(budget, "run_looks", looks_spy)
+    _, run = budget.one((0, 0.5, 0.5, 0.05, 0))
+    assert (run.k, run.cap) == (k, rounds)
+    if k:
+        assert looks == [1 + k] and 1 <= run.rounds <= rounds
+    else:
+        assert looks == [] and (run.rounds, run.stop) == (0, "none")
+
+
+def _section_and_doc() -> tuple[list[str], dict[str, Any]]:
     text = README.read_text()
     section = text[text.index(write.BEGIN) : text.index(write.END)].splitlines()
     src = next(x for x in section if x.startswith("<!-- source: "))
@@ -185,10 +275,9 @@ def test_the_chosen_splits_are_written_for_the_planner() -> None:
     assert set(splits["totals"]) == {"10%", "25%", "50%"}
     for label, c in splits["totals"].items():
         assert c["search"] + c["confirm"] == pytest.approx(c["total"], abs=1e-3)
-        assert (c["search_share"], c["confirm_k"]) == (
-            doc["chosen"][label]["split"],
-            doc["chosen"][label]["k"],
-        )
+        assert (c["search_share"], c["confirm_k"]) == (doc["chosen"][label]["split"], "power")
+        tried = {t["split"]: t for t in doc["chosen"][label]["tried"]}
+        assert c["confirm_k_median"] == tried[c["search_share"]]["k_median"]
 
 
 def test_the_split_file_never_takes_the_table_s_place() -> None:

@@ -38,7 +38,7 @@ __all__ = [
 # (benchmarks/data/sample-efficiency-split-smollm2-135m-cpu-large.json, `totals.*.search_share`;
 # tests/unit/test_study_budget.py checks these numbers are that file's).
 BUDGET_SEARCH_SHARE: Final[Mapping[float, float]] = MappingProxyType(
-    {0.10: 0.9, 0.25: 0.5, 0.50: 0.6}
+    {0.10: 0.9, 0.25: 0.7, 0.50: 0.8}
 )
 
 
