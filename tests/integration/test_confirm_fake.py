@@ -156,6 +156,10 @@ def test_a_flagged_config_is_skipped_and_the_floor_runs_with_confirm_0(
     assert _order(study) == [(0, 0)]
 
 
+# About 104 s of fake servers through Ray (the slowest fake suite item in CI, 2026-12-07); the
+# futility rule itself is tests/unit/test_sequential_confirm.py's, so this end-to-end drop runs
+# with `-m extended` (tests/conftest.py) to keep CI under 45 minutes (docs/ci.md).
+@pytest.mark.extended
 def test_a_futile_config_is_dropped_and_the_stage_stops_when_none_can_gain(
     fake_ray: None, tmp_path: Path
 ) -> None:
