@@ -1,34 +1,25 @@
-"""A config's first start against its repeat, on a real vLLM: what the compile cache saves.
+"""A config's start against a study's compile cache, on a real vLLM: what the cache saves.
 
 tuner gives every vLLM install one compile cache under its own cache
 (`tuner.server.compile_cache`), so a config that started before (a confirmation round, explain's
-control, the next study) finds what its first start compiled. Here the preset's baseline config
-starts A B A B: A with an empty cache root (a first start), B right after with the root A filled
-(a repeat). Each round gets its own empty root, so the A starts are first starts alike. Prints
-each start's seconds and parts, and the ratio B/A per round; writes the records as JSON.
+control, the next study) finds what its first start compiled. Here the preset's baseline starts
+once against the compile cache a study filled (its tuner cache, `--warm-cache`), and the study's
+baseline trial (`--cold-storage`) gives the first start it is compared with; prints both starts'
+seconds and parts and the ratio; writes the record as JSON. That is how scripts/gpu_study.sh
+measures a warm start on a GPU lease that has no time for a second cold one.
 
-    python benchmarks/compile_cache_ab.py [--rounds 2] [--out FILE]
-    python benchmarks/compile_cache_ab.py --model qwen3.8-27b-shape --gpu h200 --rounds 1
-    python benchmarks/compile_cache_ab.py --model qwen3.8-27b-shape --gpu h200 \
+    python -m benchmarks.compile_cache_ab --model qwen3.8-27b-shape --gpu h200 \
         --warm-cache $TUNER_CACHE_DIR --cold-storage sqlite:///study.db --out warm.json
 
-`--warm-cache` skips the first start: the baseline starts once against the compile cache a study
-filled (its tuner cache), and the study's baseline trial (`--cold-storage`) gives the first
-start it is compared with. That is how scripts/gpu_study.sh measures a warm start on a GPU lease
-that has no time for a second cold one.
-
-`--model`/`--gpu` pick the preset (default the CPU one); the model comes from
-`$TUNER_TEST_CACHE/models` (built there when missing; a machine that cannot build it gets a
-`tuner models prepare` output copied in). Run alone on the box (one real vLLM at a time).
-"""
+The A B A B comparison on the CPU build (an empty cache root, then its repeat, per round) was a
+one-off: its record is benchmarks/data/compile-cache-ab-smollm2-135m-cpu.json and
+docs/vllm-facts.md quotes it; `git show e40fbbb:benchmarks/compile_cache_ab.py` has the mode.
+Run alone on the box (one real vLLM at a time)."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import statistics
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -99,50 +90,19 @@ def _warm_only(args: argparse.Namespace, preset: Any, out: Path) -> None:
 
 
 def main() -> None:
-    """Run the A B A B comparison and write it."""
+    """Start the baseline once against a study's compile cache and write it."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add = parser.add_argument
-    add("--rounds", type=int, default=2)
     add("--model", default="smollm2-135m")
     add("--gpu", default="cpu")
     add("--out", type=Path, help="default: data/compile-cache-ab-MODEL-GPU.json")
-    warm = "a tuner cache a study filled: one start against its compile cache, no first start"
-    add("--warm-cache", type=Path, help=warm)
-    add("--cold-storage", help="with --warm-cache: the study's storage URL")
+    warm = "a tuner cache a study filled: one start against its compile cache"
+    add("--warm-cache", type=Path, required=True, help=warm)
+    add("--cold-storage", required=True, help="the study's storage URL")
     args = parser.parse_args()
     out = args.out or Path(f"benchmarks/data/compile-cache-ab-{args.model}-{args.gpu}.json")
-    if (args.warm_cache is None) != (args.cold_storage is None):
-        parser.error("--warm-cache and --cold-storage go together")
-
-    preset, dtype_line = resolve_dtype(load_preset(model=args.model, gpu=args.gpu))
-    if args.warm_cache is not None:
-        _warm_only(args, preset, out)
-        return
-    cache = Path(os.environ.get("TUNER_TEST_CACHE", Path.home() / ".cache" / "tuner-test"))
-    model = prepare(args.model, cache)
-    spec = preset.server_spec(preset.baseline_params(), model_path=str(model))
-    work = Path(tempfile.mkdtemp(prefix="compile-cache-ab-"))
-    print(f"command {spec.serve_command()}\n{dtype_line or ''}")
-    rounds = []
-    for r in range(1, args.rounds + 1):
-        root = work / f"round-{r}"  # an empty tuner cache: its compile cache starts empty
-        launcher = Launcher(cache_dir=root)
-        first = _start(launcher, spec)
-        repeat = _start(launcher, spec)
-        ratio = repeat["ready_s"] / first["ready_s"]
-        rounds.append({"round": r, "first": first, "repeat": repeat, "ratio": round(ratio, 3)})
-        print(
-            f"round {r}: first {first['ready_s']:.1f} s {first['parts']}\n"
-            f"         repeat {repeat['ready_s']:.1f} s {repeat['parts']}: x{ratio:.3f}"
-        )
-    ratios = [x["ratio"] for x in rounds]
-    mean = round(statistics.fmean(ratios), 3)
-    what = (
-        f"ready seconds of the {args.model} {args.gpu} preset's baseline: a first start (empty "
-        "compile cache) and its repeat (the cache the first filled), A B per round"
-    )
-    _write(out, spec, what, rounds=rounds, repeat_over_first={"per_round": ratios, "mean": mean})
-    print(f"repeat/first: {ratios} (mean x{mean:.3f}); wrote {out}")
+    preset, _ = resolve_dtype(load_preset(model=args.model, gpu=args.gpu))
+    _warm_only(args, preset, out)
 
 
 if __name__ == "__main__":
