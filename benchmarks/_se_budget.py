@@ -23,7 +23,7 @@ loop does):
 3. the stage's sequential rounds themselves (`confirm.run_looks`: the same looks, O'Brien-Fleming
    levels for the cap, futility stop and drops, through `tuner.results.export.confirmation_look`
    on the first rounds' runs), each round queued by `confirm.queue_rounds` only while the
-   budget fits it (`_next_round`, `_over_budget`: else the stage stops on "the budget") and
+   budget fits it (`queue_next_rounds`: else the stage stops on "the budget") and
    run by the loop;
 4. what `tuner export` picks (`choose_export`) from every finished run.
 
@@ -73,8 +73,7 @@ from tuner.study.stages.confirm_budget import (
     _budget_plan,
     _BudgetStop,
     _floor_fits,
-    _next_round,
-    _over_budget,
+    queue_next_rounds,
 )
 from tuner.study.stages.confirm_finalists import _baseline, rank_finalists
 from tuner.study.stages.confirm_looks import _first_rounds, run_looks
@@ -173,7 +172,7 @@ def run_budgeted(
     under `--budget`, on the same `Budget` and clock: the floor start when it fits
     (`_floor_fits`), the finalists and cap the time left buys at the study's measured noise
     (`_budget_plan`: `Budget.confirm_choice` of `study_noise` on the replayed runs), each
-    round queued only while it fits (`_next_round`, `_over_budget`)."""
+    round queued only while it fits (`queue_next_rounds`, the stage's own step)."""
     grid_cost = table.grid_cost_s()
     study, backend, budget = budgeted_search(table, search, seed, total, split)
     preset = table.preset
@@ -211,14 +210,13 @@ def run_budgeted(
         finalists = [t for t, _ in ranked[: plan.k]]
         if plan.enabled and fresh is not None and finalists:
 
+            def queue(live: list[Any], upto: int) -> int:
+                return queue_rounds(study, live, upto)
+
             def run_rounds(live: list[Any], upto: int) -> int:
                 n = 0
                 for _ in range(2 * upto + 2):  # a run that fails again is not retried forever
-                    next_ = _next_round(study, live, upto)
-                    short = _over_budget(budget, study, live, next_)
-                    if short is not None:
-                        raise _BudgetStop(next_ - 1, short)
-                    more = queue_rounds(study, live, next_)
+                    more, _ = queue_next_rounds(budget, study, live, upto, queue)
                     if not more:
                         break
                     n += more

@@ -69,10 +69,9 @@ from tuner.study.stages.confirm_budget import (
     _BudgetStop,
     _floor_fits,
     _left,
-    _next_round,
-    _over_budget,
     fixed_power_line,
     measured_noise,
+    queue_next_rounds,
 )
 from tuner.study.stages.confirm_finalists import (
     _baseline,
@@ -245,11 +244,7 @@ def confirm_study(
                 nonlocal study, counted
                 n = 0
                 while True:
-                    upto = rounds if budget is None else _next_round(study, live, rounds)
-                    short = _over_budget(budget, study, live, upto)
-                    if short is not None:
-                        raise _BudgetStop(upto - 1, short)
-                    more = queue(live, upto)
+                    more, upto = queue_next_rounds(budget, study, live, rounds, queue)
                     n += more
                     counted += more
                     if not more and not _open_runs(study.get_trials(deepcopy=False)):

@@ -103,6 +103,24 @@ def _over_budget(
     )
 
 
+def queue_next_rounds(
+    budget: Any,
+    study: optuna.Study,
+    live: list[FrozenTrial],
+    rounds: int,
+    queue: Callable[[list[FrozenTrial], int], int],
+) -> tuple[int, int]:
+    """One step of the stage's round loop: the rounds to have queued now (all `rounds`, or
+    under a budget up to the first with a missing run, `_next_round`), refused with
+    `_BudgetStop` when their missing runs do not fit (`_over_budget`), else queued by `queue`.
+    Returns (runs queued, the rounds they complete)."""
+    upto = rounds if budget is None else _next_round(study, live, rounds)
+    short = _over_budget(budget, study, live, upto)
+    if short is not None:
+        raise _BudgetStop(upto - 1, short)
+    return queue(live, upto), upto
+
+
 class _BudgetStop(Exception):
     """A round the budget cannot pay for: the stage stops after `rounds` rounds."""
 
