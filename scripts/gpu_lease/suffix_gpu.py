@@ -8,10 +8,14 @@ replay, acceptance from vLLM's /metrics). It writes what each run measured to OU
 and a table to OUT/suffix-gpu.txt.
 
 The GPU preset serves dummy weights (`load_format: dummy`): a random model repeats one token,
-which any drafter that copies text predicts, so the acceptance and tasks/h here say that the
+which any drafter that copies text predicts, so the acceptance and tasks/h there say that the
 method starts, drafts, is scored and stored, nothing about its speed or acceptance on real text.
+With `--real-weights` (the model dir holds `model.safetensors`: `tuner models prepare
+smollm2-135m`'s output whole) the runs load the real SmolLM2 weights instead, and acceptance is
+the drafters' on the replay's real prompts (replay mode: the answers' lengths are forced, their
+text is the model's own).
 
-    python scripts/gpu_lease/suffix_gpu.py --model-dir DIR --out OUT_DIR
+    python scripts/gpu_lease/suffix_gpu.py --model-dir DIR --out OUT_DIR [--real-weights]
 """
 
 from __future__ import annotations
@@ -54,10 +58,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model-dir", required=True, help="smollm2-135m config and tokenizer")
     parser.add_argument("--out", required=True, help="folder for suffix-gpu.json and .txt")
+    real = "load the model dir's own weights (model.safetensors) instead of the preset's dummy"
+    parser.add_argument("--real-weights", action="store_true", help=real)
     args = parser.parse_args()
     model_dir = Path(args.model_dir)
     if not (model_dir / "config.json").is_file():
         print(f"suffix_gpu: {model_dir} has no config.json; give a prepared model", file=sys.stderr)
+        return 2
+    if args.real_weights and not (model_dir / "model.safetensors").is_file():
+        missing = f"suffix_gpu: --real-weights but {model_dir} has no model.safetensors"
+        print(missing, file=sys.stderr)
         return 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -68,6 +78,9 @@ def main() -> int:
 
     gpu = card()
     preset = load_preset(model="smollm2-135m", gpu="h200")
+    if args.real_weights:
+        model = preset.model.model_copy(update={"load_format": None})
+        preset = preset.model_copy(update={"model": model})
     cache = Path(tempfile.gettempdir()) / "tuner-suffix-gpu"
     rows: list[dict[str, Any]] = []
     print(f"preset smollm2-135m/h200 on {gpu}; suffix available: {suffix_decoding_available()}")
@@ -93,7 +106,11 @@ def main() -> int:
     record = {
         "command": "python scripts/gpu_lease/suffix_gpu.py " + " ".join(sys.argv[1:]),
         "card": gpu,
-        "weights": "dummy (load_format dummy): acceptance and tasks/h mean nothing here",
+        "weights": (
+            "real (the model dir's model.safetensors; replay mode: load shape, not graded)"
+            if args.real_weights
+            else "dummy (load_format dummy): acceptance and tasks/h mean nothing here"
+        ),
         "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "runs": rows,
     }
