@@ -63,6 +63,32 @@ def test_the_cpu_preset_searches_suffix_where_the_probe_finds_it() -> None:
     assert "vLLM 0.32.0 can run speculative method 'suffix': searched" in lines
 
 
+@pytest.mark.parametrize(
+    ("model", "gpu", "searched"),
+    [
+        ("smollm2-135m", "h200", ("none", "ngram", "suffix")),
+        ("qwen3.8-27b", "rtx4090", ("none", "ngram", "mtp", "suffix")),
+        ("qwen3.8-27b", "rtx-pro-6000", ("none", "ngram", "mtp", "suffix")),
+        # The 27B shape's rehearsal keeps its planned space: dummy weights judge no drafter.
+        ("qwen3.8-27b-shape", "h200", ("none", "ngram", "mtp")),
+        ("qwen3.8-27b-shape", "h100", ("none", "ngram", "mtp")),
+    ],
+)
+def test_the_gpu_presets_search_suffix_where_it_loads(
+    model: str, gpu: str, searched: tuple[str, ...]
+) -> None:
+    preset = load_preset(model=model, gpu=gpu)
+    caps = _caps(suffix=True, methods=frozenset({"ngram", "mtp", "suffix"}))
+    adjusted, _ = preflight(
+        preset, cache_dir=Path("/unused"), say=lambda _: None, capabilities=caps
+    )
+    assert adjusted.space.methods == searched
+    if "suffix" in searched:
+        # The CPU preset's knobs, under vLLM's names.
+        assert adjusted.space.suffix_decoding_max_tree_depth is not None
+        assert adjusted.space.suffix_decoding_min_token_prob is not None
+
+
 def test_without_arctic_inference_suffix_is_left_out_in_one_line() -> None:
     adjusted, lines = _adjusted(_caps(suffix=False))
     assert adjusted.space.methods == ("none", "ngram")
