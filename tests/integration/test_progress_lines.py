@@ -133,6 +133,7 @@ def _run_env(tmp_path: Path, preset: dict[str, Any]) -> tuple[list[str], dict[st
     return argv, env
 
 
+@pytest.mark.extended  # out of CI since 2026-12-07: CI's minutes on a Zen 3 (docs/ci.md)
 def test_a_logged_run_never_goes_an_interval_without_a_line(tmp_path: Path) -> None:
     # A server that takes 4 intervals to start and a workload that takes several: the lines
     # that fill them say what the server is doing (its log's phase) and how the tasks go.

@@ -29,6 +29,7 @@ from tuner.attrs import TrialAttr
 from tuner.study.search.roles import counts_toward_budget
 
 pytestmark = [
+    pytest.mark.extended,  # out of CI since 2026-12-07: CI's minutes on a Zen 3 (docs/ci.md)
     pytest.mark.ray,
     pytest.mark.postgres,
     pytest.mark.skipif(not can_unshare(), reason="needs a PID namespace (unshare) for `ray stop`"),

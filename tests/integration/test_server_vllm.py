@@ -197,6 +197,7 @@ def test_speculative_config_rejected_by_vllm_is_invalid_config(
     assert failure.infeasible
 
 
+@pytest.mark.extended  # out of CI since 2026-12-07: CI's minutes on a Zen 3 (docs/ci.md)
 def test_tiny_hybrid_with_mtp_counts_drafts_and_stop_leaves_nothing(
     vllm_pool: ServerPool, vllm_launcher: Launcher, tiny_hybrid_path: Path
 ) -> None:

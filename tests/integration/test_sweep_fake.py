@@ -83,6 +83,7 @@ def _starts(url: str, index: int) -> int:
         store.close()
 
 
+@pytest.mark.extended  # out of CI since 2026-12-07: CI's minutes on a Zen 3 (docs/ci.md)
 def test_limit_resume_and_a_given_schedule(
     sqlite_url: str, tmp_path: Path, fake_vllm: None
 ) -> None:
