@@ -1,8 +1,8 @@
 """What the real-vLLM benchmarks share: one fresh-start run of a config, its request, and
 interleaved rounds of them.
 
-`record_grid.py` (the grid), `repeatability.py` (A B rounds) and `suffix_ab.py` (C B A, A B C
-rounds) evaluate configs of a preset one fresh server at a time through
+`record_grid.py` (the grid), `repeatability.py` (A B rounds) and scripts/gpu_lease/suffix_gpu.py
+evaluate configs of a preset one fresh server at a time through
 `tuner.study.trial.evaluate.evaluate`, the function a study's worker runs, all through
 `fresh_start`: it builds the request as the driver does (the preset's server spec and
 workload, the model as tokenizer when it is a directory), holds the machine's heavy

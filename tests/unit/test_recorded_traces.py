@@ -1,4 +1,4 @@
-"""The recorded agent traces `benchmarks/suffix_ab.py --traces` replays (issue 47).
+"""The recorded agent traces the suffix A/B replayed (issue 47; script removed after 500fc0c).
 
 `benchmarks/data/traces/swe-agent-demos.jsonl` (SWE-agent trajectories, see its README) must
 load with the loader the workload uses, hold enough conversations of at least two assistant
