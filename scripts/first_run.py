@@ -94,7 +94,7 @@ def main() -> int:
         "",
         f"Command: `{command}`, output to a file (not a terminal), a fresh SQLite file.",
         f"Machine: {_cpu()}, {os.cpu_count()} cores, load average {load[0]:.1f} at the start; "
-        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.",
+        f"recorded {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.",
         f"Exit status {code}; wall time {wall:.0f} s ({minutes(wall)}).",
         "",
         f"What the README's main command (`{README_COMMAND}`) prints as its first line:",
