@@ -24,7 +24,8 @@ With `--lock FILE` each server run takes that flock(2) lock, so a shared machine
 get their turn between runs.
 
     python -m benchmarks.repeatability [--model smollm2-135m --gpu cpu] [--rounds 3]
-        [--ngram 3,2,3] [--tasks N] [--agents N] [--lock /tmp/tuner-heavy.lock] [--json FILE]
+        [--ngram 3,2,3] [--tasks N] [--agents N] [--warmup-tasks N]
+        [--lock /tmp/tuner-heavy.lock] [--json FILE]
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ def main() -> int:
     add("--ngram", default="3,2,3", help="depth,lookup_min,lookup_max of B")
     add("--tasks", type=int, help="override the preset's tasks")
     add("--agents", type=int, help="override the preset's agents")
+    add("--warmup-tasks", type=int, help="override the preset's warm-up tasks (0: no warm-up)")
     add("--lock", help="flock this file around each server run")
     add("--json", help="append the record here (default: data/repeatability-MODEL-GPU.json)")
     add("--render", action="store_true", help="only rewrite docs/repeatability.md from the file")
@@ -74,7 +76,11 @@ def main() -> int:
     machine = machine_record()
 
     preset = load_preset(model=args.model, gpu=args.gpu)
-    update = {k: v for k, v in (("tasks", args.tasks), ("agents", args.agents)) if v}
+    update: dict[str, int] = {
+        k: v for k, v in (("tasks", args.tasks), ("agents", args.agents)) if v
+    }
+    if args.warmup_tasks is not None:
+        update["warmup_tasks"] = args.warmup_tasks
     if update:
         preset = preset.model_copy(update={"workload": preset.workload.model_copy(update=update)})
     model_path, base_params, ngram_params = baseline_and_ngram(preset, args.ngram)
