@@ -19,7 +19,7 @@ from tuner.study.search import budget_plan
 from tuner.study.search.budget import Budget
 from tuner.study.search.budget_plan import search_share, split_runs
 from tuner.study.search.driver import request_factory
-from tuner.study.search.estimate import planned_run_s
+from tuner.study.search.estimate import CPU_COST, CPU_FP32_COST, planned_run_s, preset_cost
 from tuner.study.search.loop import StudyLoop
 from tuner.study.search.loop_settings import LoopSettings
 from tuner.study.space import Preset, load_preset
@@ -152,6 +152,42 @@ def test_the_guards_keep_the_confirmation_time() -> None:
     assert budget.fits(4) and not budget.fits(5)
     # What the time left buys: 4 runs and the floor start that ran = 2 rounds of 1 finalist.
     assert budget.confirm_plan() == (1, 2)
+
+
+def _dtype(preset: Preset, dtype: str) -> Preset:
+    return preset.model_copy(update={"model": preset.model.model_copy(update={"dtype": dtype})})
+
+
+def test_a_cpu_without_bf16_plans_from_the_float32_record_not_the_bf16_grid() -> None:
+    cpu = load_preset(model="smollm2-135m", gpu="cpu")  # dtype: by-cpu
+    assert cpu.model.dtype == "by-cpu"
+    zen3, zen4 = "flags\t: fpu sse avx2\n", "flags\t: fpu sse avx2 avx512f avx512_bf16\n"
+    assert preset_cost(cpu, zen3) == CPU_FP32_COST and preset_cost(cpu, zen4) == CPU_COST
+    # A dtype the preset names is taken as named, whatever the CPU.
+    assert preset_cost(_dtype(cpu, "float32"), zen4) == CPU_FP32_COST
+    assert preset_cost(_dtype(cpu, "auto"), zen3) == CPU_COST
+    # The README's main command, --budget 20m, on the Zen 3 of docs/first-run-zen3.md: its two
+    # runs took 392 s and 360 s. The grid's bf16 figures said 168 s a run (6 runs); the float32
+    # record: 144.5 s start + min(13 x 25.5 / 2 = 165.75, 120 x 13/12 + 45.5 = 175.5) + 66 s
+    # after = 376.25 s, the two runs' mean.
+    fp32, bf16 = _dtype(cpu, "float32"), _dtype(cpu, "auto")
+    seconds, source = planned_run_s(fp32, window_s=120.0) or (0.0, "")
+    assert abs(seconds - 376.25) < 0.01 and "docs/first-run-zen3.md" in source
+    assert abs((planned_run_s(bf16, window_s=120.0) or (0.0, ""))[0] - 168.3) < 0.01
+    # The bound still holds a window shorter than the float32 pace: 120 x 13/12 = 130 s <
+    # 165.75; a 60 s window: 60 x 13/12 + 45.5 = 110.5 s of workload.
+    short = (planned_run_s(fp32, window_s=60.0) or (0.0, ""))[0]
+    assert abs(short - (144.5 + 110.5 + 66.0)) < 0.01
+    # What 20 minutes buys there: the Zen 3 ran 2 trials; the plan now promises 3 runs at
+    # most, not the 6 the bf16 figures promised.
+    plans = {}
+    for name, preset in (("fp32", fp32), ("bf16", bf16)):
+        first = planned_run_s(preset, window_s=120.0)
+        assert first is not None
+        budget = Budget(1200, k=2, rounds=10, floor=True, baseline_every=0, estimate_s=first[0])
+        plans[name] = budget.plan()
+    assert plans["fp32"] is not None and plans["bf16"] is not None
+    assert plans["fp32"].runs <= 3 < plans["bf16"].runs
 
 
 def test_a_gpu_preset_plans_only_from_its_own_model_s_recorded_runs() -> None:

@@ -53,7 +53,9 @@ def test_clock_and_minutes_read_like_a_person_writes_them() -> None:
 
 
 def test_the_cpu_estimate_is_the_preset_tasks_at_the_measured_pace() -> None:
-    preset = load_preset(model="smollm2-135m", gpu="cpu")  # 12 + 1 tasks, 2 agents
+    cpu = load_preset(model="smollm2-135m", gpu="cpu")  # 12 + 1 tasks, 2 agents
+    # At the model's own dtype (bf16), whatever CPU runs the test: the grid's figures.
+    preset = cpu.model_copy(update={"model": cpu.model.model_copy(update={"dtype": "auto"})})
     # 42.1 s start + 13 tasks x 12.2 agent-s / 2 agents + 46.9 s after: 168.3 s, the measured
     # median run of benchmarks/data/grid-smollm2-135m-cpu.json.
     assert abs(run_estimate_s(preset) - 168.3) < 0.1

@@ -17,6 +17,7 @@ from typing import Any
 
 __all__ = [
     "CPU_COST",
+    "CPU_FP32_COST",
     "GPU_COST",
     "RunCost",
     "calibrated_run_s",
@@ -27,6 +28,7 @@ __all__ = [
     "planned_runs",
     "preset_cost",
     "run_estimate_s",
+    "runs_float32",
     "warm_startup_s",
 ]
 
@@ -40,26 +42,62 @@ class RunCost:
         agent_s_per_task: Seconds one agent spends on one task (warm-up tasks included).
         after_s: The correctness probe, the plain benchmark and the stop, after the workload.
         source: Where the figures were measured.
+        beyond_window_s: The warm-up's part that a scored window's bound does not cover (its
+            shape sweeps and the calibration probe); 0 where `agent_s_per_task` holds it and
+            no bound was reached when it was measured.
     """
 
     startup_s: float
     agent_s_per_task: float
     after_s: float
     source: str
+    beyond_window_s: float = 0.0
+
+    def window_run_s(self, workload: Any, window_s: float) -> float:
+        """One run whose first server sizes the workload to at most `window_s` scored
+        seconds: the start, the workload at its pace or the window (stretched to the warm-up
+        tasks, plus what the warm-up adds beyond them), whichever is shorter, and the after."""
+        tasks = workload.tasks + workload.warmup_tasks
+        paced = tasks * self.agent_s_per_task / workload.agents
+        bound = window_s * tasks / workload.tasks + self.beyond_window_s
+        return float(self.startup_s + min(paced, bound) + self.after_s)
 
 
 # Medians of the 16 runs recorded in benchmarks/data/grid-smollm2-135m-cpu.json (2 cores, the
 # smollm2-135m CPU preset: 12 + 1 tasks, 2 agents): startup 42.1 s, workload 79.2 s (13 tasks
 # x 12.2 agent-seconds / 2 agents), wall 168.2 s, so 46.9 s after the workload.
 CPU_COST = RunCost(42.1, 12.2, 46.9, "the smollm2-135m CPU runs of benchmarks/data/grid-*.json")
+# Where the study runs float32 (a CPU without bf16 instructions, `tuner.server.cpu.cpu_dtype`):
+# the README's main command on a Zen 3 (docs/first-run-zen3.md, its two runs of 392 s and
+# 360 s, read off the printed timestamps): started in 165.8 s and 123.2 s (mean 144.5), the
+# workload from ready to the probe 160 s and 171 s (mean 165.5 = 13 tasks x 25.5 agent-s / 2
+# agents), of which the warm-up (task, sweep, calibration probe) 51 s and 60 s, 45.5 s beyond
+# the warm-up task's share of the 120 s window's bound; probe, plain benchmark and stop 66 s.
+# The grid's figures above priced these runs at 173 s.
+CPU_FP32_COST = RunCost(
+    144.5, 25.5, 66.0, "a float32 first run on a Zen 3 (docs/first-run-zen3.md)", 45.5
+)
 # The 4-trial H200 study of docs/gpu-validation.md (tiny-hybrid-mtp, 112 + 4 tasks, 4 agents):
 # ready in 44-67 s, 84 s scored windows. A real checkpoint starts and decodes slower.
 GPU_COST = RunCost(60.0, 3.0, 30.0, "a tiny test model on one H200 (docs/gpu-validation.md)")
 
 
-def preset_cost(preset: Any) -> RunCost:
+def runs_float32(preset: Any, cpuinfo: str | None = None) -> bool:
+    """The preset's servers run float32 on this CPU: said so, or `by-cpu` on a CPU without bf16
+    instructions (`tuner.study.preflight.dtype` resolves it the same way, after the plan)."""
+    dtype = preset.model.dtype
+    if dtype == "by-cpu":
+        from tuner.server.cpu import cpu_dtype
+
+        return cpu_dtype(cpuinfo) == "float32"
+    return bool(dtype == "float32")
+
+
+def preset_cost(preset: Any, cpuinfo: str | None = None) -> RunCost:
     """The run cost the estimate starts from: the preset's own recorded run of this model on
-    this GPU when it has one, else the CPU grid's or (a guess) a tiny model's on an H200."""
+    this GPU when it has one, else the CPU's record for the dtype it runs (bf16: the grid's;
+    float32: a Zen 3's first run) or (a guess) a tiny model's on an H200. `cpuinfo`: the text
+    of /proc/cpuinfo, for a `by-cpu` preset (read when None)."""
     recorded = getattr(preset, "recorded_run", None)
     if recorded is not None:
         return RunCost(
@@ -68,7 +106,9 @@ def preset_cost(preset: Any) -> RunCost:
             recorded.after_s,
             f"this model's recorded runs ({recorded.source})",
         )
-    return CPU_COST if preset.gpu.cpu else GPU_COST
+    if not preset.gpu.cpu:
+        return GPU_COST
+    return CPU_FP32_COST if runs_float32(preset, cpuinfo) else CPU_COST
 
 
 def warm_startup_s(preset: Any) -> float:
@@ -120,12 +160,9 @@ def planned_run_s(
     cost = preset_cost(preset)
     if not preset.gpu.cpu and getattr(preset, "recorded_run", None) is None:
         return None
-    w = preset.workload
     if window_s is not None:
-        tasks = w.tasks + w.warmup_tasks
-        workload = min(tasks * cost.agent_s_per_task / w.agents, window_s * tasks / w.tasks)
         return (
-            cost.startup_s + workload + cost.after_s,
+            cost.window_run_s(preset.workload, window_s),
             f"the preset's estimate, as measured on {cost.source}, the workload at most the "
             f"{window_s:.0f} s window",
         )
@@ -222,9 +259,7 @@ def estimate_line(
             "measured ETA follows the first run"
         )
     if window_s is not None:
-        tasks = w.tasks + w.warmup_tasks
-        workload = min(tasks * cost.agent_s_per_task / w.agents, window_s * tasks / w.tasks)
-        per_run = cost.startup_s + workload + cost.after_s
+        per_run = cost.window_run_s(w, window_s)
         return (
             f"estimate: {minutes(math.ceil(runs / slots) * per_run)} for {_runs(runs)} "
             f"({what}{at_once}), about {per_run:.0f} s a run (a server start and the plain "
