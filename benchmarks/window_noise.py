@@ -1,0 +1,173 @@
+"""Is a run's shift the server start's or the hour's? Several scored windows on each of several
+starts of one config.
+
+The replay's noise (benchmarks/_grid_replay.py) is mostly a factor shared by a whole run: in the
+recorded grids' repeats the window's mean moves about 6.8% from run to run and the tasks' own
+scatter is 1.7% of the variance (docs/decisions.md). Whether that factor belongs to the start
+(where vLLM's threads, memory and compiled graphs landed) or to the time (what else the box
+does) decides what a repeat must cost: a second window on the same server costs a window; a
+second start costs a start, a warm-up and the after-work as well.
+
+Each start of the baseline config (the preset's, on the real vLLM build, through tuner's own
+`Launcher` and `run_workload_sync`) plays `--windows` scored windows back to back, window w with
+task seed w (the same seeds in every start, so window w's tasks are the same in each start);
+only the first has the preset's warm-up (its tasks and shape sweeps). Log tasks/h of start s,
+window w is split as window effect + start effect + residual (two-way, no interaction):
+
+- between starts: sd of the start effects (their spread less the residual's share);
+- within a start: sd of the residual (a window's move on a server that stays up);
+- a trend over the run order of the windows (the box's drift), reported beside them.
+
+It prints the table (tasks/h per start and window) and the split, and writes
+benchmarks/data/window-noise-<model>-<gpu>.json with every window and the machine.
+
+    python -m benchmarks.window_noise [--starts 5] [--windows 4] [--lock /tmp/tuner-heavy.lock]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks._evaluate import locked
+from benchmarks._machine import baseline_and_ngram, load_average, machine_record
+from tuner.server.launcher import Launcher
+from tuner.settings import get_settings
+from tuner.study import load_preset
+from tuner.study.preflight.dtype import resolve_dtype
+from tuner.workload import run_workload_sync
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def split(log_tph: list[list[float]]) -> dict[str, float]:
+    """Two-way split of `log_tph[start][window]` (no interaction): the sd between starts (its
+    method-of-moments estimate, 0 when the residual explains the whole spread), within a start
+    (the residual's), and the windows' own (their means' spread)."""
+    s_n, w_n = len(log_tph), len(log_tph[0])
+    grand = statistics.fmean(x for row in log_tph for x in row)
+    start_mean = [statistics.fmean(row) for row in log_tph]
+    window_mean = [statistics.fmean(row[w] for row in log_tph) for w in range(w_n)]
+    resid = [
+        log_tph[s][w] - start_mean[s] - window_mean[w] + grand
+        for s in range(s_n)
+        for w in range(w_n)
+    ]
+    df = (s_n - 1) * (w_n - 1)
+    within_var = sum(r * r for r in resid) / df
+    starts_var = statistics.variance(start_mean) if s_n > 1 else 0.0
+    between_var = max(0.0, starts_var - within_var / w_n)
+    windows_var = statistics.variance(window_mean) if w_n > 1 else 0.0
+    return {
+        "between_start_sd": math.sqrt(between_var),
+        "within_start_sd": math.sqrt(within_var),
+        "start_means_sd": math.sqrt(starts_var),
+        "window_means_sd": math.sqrt(windows_var),
+        "residual_df": df,
+    }
+
+
+def trend_per_hour(points: list[tuple[float, float]]) -> float:
+    """Least-squares slope of log tasks/h against hours since the first window."""
+    t0 = points[0][0]
+    xs = [(t - t0) / 3600.0 for t, _ in points]
+    ys = [y for _, y in points]
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx if sxx else 0.0
+
+
+def one_start(preset: Any, params: dict[str, Any], model_path: str, windows: int) -> dict[str, Any]:
+    """One server start of `params` playing `windows` scored windows; its records."""
+    cache = get_settings().cache_path()
+    launcher = Launcher(
+        log_dir=cache / "logs" / "window-noise", state_dir=cache / "run", cache_dir=cache
+    )
+    spec = preset.server_spec(params, model_path=model_path)
+    t0 = time.monotonic()
+    handle = launcher.launch(spec, timeout_s=preset.startup_timeout_s)
+    started = time.monotonic() - t0
+    out: list[dict[str, Any]] = []
+    with handle:
+        for w in range(windows):
+            settings = preset.workload.model_copy(
+                update={"seed": w, **({} if w == 0 else {"warmup_tasks": 0})}
+            )
+            record = run_workload_sync(
+                handle.base_url,
+                spec.served_model_name or spec.model,
+                settings,
+                tokenizer=model_path if Path(model_path).is_dir() else None,
+                block_size=handle.facts.block_size,
+            )
+            out.append(
+                {
+                    "window": w,
+                    "ended_at": time.time(),
+                    "tasks_per_hour": record.tasks_per_hour,
+                    "scored_wall_s": record.scored_wall_s,
+                    "load_1min": load_average()[0],
+                }
+            )
+            print(
+                f"  window {w} (seed {w}): {record.tasks_per_hour:,.0f} tasks/h in "
+                f"{record.scored_wall_s:.1f} s",
+                flush=True,
+            )
+    return {"startup_s": started, "windows": out}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--gpu", default="cpu")
+    parser.add_argument("--starts", type=int, default=5)
+    parser.add_argument("--windows", type=int, default=4)
+    parser.add_argument("--lock", default=None, help="flock this file around each start")
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+    preset, _ = resolve_dtype(load_preset(model=args.model, gpu=args.gpu))
+    model_path, base, _ = baseline_and_ngram(preset, "2,1,4")
+    starts: list[dict[str, Any]] = []
+    for s in range(args.starts):
+        print(f"start {s + 1} of {args.starts}: {base}", flush=True)
+        with locked(args.lock):
+            starts.append(one_start(preset, base, model_path, args.windows))
+        print(f"  started in {starts[-1]['startup_s']:.1f} s", flush=True)
+    log_tph = [[math.log(w["tasks_per_hour"]) for w in s["windows"]] for s in starts]
+    parts = split(log_tph)
+    order = [(w["ended_at"], math.log(w["tasks_per_hour"])) for s in starts for w in s["windows"]]
+    parts["trend_per_hour"] = trend_per_hour(order)
+    print("\ntasks/h, one row per start, one column per window (seed):")
+    for i, run in enumerate(starts):
+        cells = "  ".join(f"{w['tasks_per_hour']:7,.0f}" for w in run["windows"])
+        print(f"  start {i + 1} ({run['startup_s']:5.1f} s): {cells}")
+    print(
+        f"\nsd of log tasks/h: between starts {parts['between_start_sd']:.4f}, within a start "
+        f"{parts['within_start_sd']:.4f} ({parts['residual_df']} df), start means "
+        f"{parts['start_means_sd']:.4f}, window means {parts['window_means_sd']:.4f}; trend "
+        f"{100 * parts['trend_per_hour']:+.1f}%/h over the run order"
+    )
+    path = args.json or ROOT / "benchmarks" / "data" / f"window-noise-{args.model}-{args.gpu}.json"
+    records = json.loads(path.read_text()) if path.is_file() else []
+    records.append(
+        {
+            "machine": machine_record(),
+            "config": base,
+            "workload": preset.workload.model_dump(mode="json"),
+            "starts": starts,
+            "split": parts,
+        }
+    )
+    path.write_text(json.dumps(records, indent=1) + "\n")
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
