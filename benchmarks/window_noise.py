@@ -22,6 +22,7 @@ It prints the table (tasks/h per start and window) and the split, and writes
 benchmarks/data/window-noise-<model>-<gpu>.json with every window and the machine.
 
     python -m benchmarks.window_noise [--starts 5] [--windows 4] [--lock /tmp/tuner-heavy.lock]
+    python -m benchmarks.window_noise --reanalyse   # the stored records' tables and splits again
 """
 
 from __future__ import annotations
@@ -122,6 +123,33 @@ def one_start(preset: Any, params: dict[str, Any], model_path: str, windows: int
     return {"startup_s": started, "windows": out}
 
 
+def analyse(starts: list[dict[str, Any]]) -> dict[str, float]:
+    """Print the table and the split of `starts` (`one_start`'s records); return the split.
+    The trend is fitted to each window's log tasks/h less its window's mean over the starts
+    (the seeds' own difference would otherwise read as a trend within every start)."""
+    log_tph = [[math.log(w["tasks_per_hour"]) for w in s["windows"]] for s in starts]
+    parts = split(log_tph)
+    n_windows = len(log_tph[0])
+    window_mean = [statistics.fmean(row[w] for row in log_tph) for w in range(n_windows)]
+    order = [
+        (w["ended_at"], log_tph[i][j] - window_mean[j])
+        for i, s in enumerate(starts)
+        for j, w in enumerate(s["windows"])
+    ]
+    parts["trend_per_hour"] = trend_per_hour(sorted(order))
+    print("tasks/h, one row per start, one column per window (seed):")
+    for i, run in enumerate(starts):
+        cells = "  ".join(f"{w['tasks_per_hour']:7,.0f}" for w in run["windows"])
+        print(f"  start {i + 1} ({run['startup_s']:5.1f} s): {cells}")
+    print(
+        f"sd of log tasks/h: between starts {parts['between_start_sd']:.4f}, within a start "
+        f"{parts['within_start_sd']:.4f} ({parts['residual_df']} df), start means "
+        f"{parts['start_means_sd']:.4f}, window means {parts['window_means_sd']:.4f}; trend "
+        f"{100 * parts['trend_per_hour']:+.1f}%/h over the run order (window effects removed)"
+    )
+    return parts
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m")
@@ -130,7 +158,20 @@ def main() -> int:
     parser.add_argument("--windows", type=int, default=4)
     parser.add_argument("--lock", default=None, help="flock this file around each start")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument(
+        "--reanalyse", action="store_true", help="run nothing: split the file's records again"
+    )
     args = parser.parse_args()
+    path = args.json or ROOT / "benchmarks" / "data" / f"window-noise-{args.model}-{args.gpu}.json"
+    records = json.loads(path.read_text()) if path.is_file() else []
+    if args.reanalyse:
+        for record in records:
+            m = record["machine"]
+            when = m.get("recorded_at", "")
+            print(f"\n{m.get('cpu_model')} {m.get('cpu_family_model')} ({when}):")
+            record["split"] = analyse(record["starts"])
+        path.write_text(json.dumps(records, indent=1) + "\n")
+        return 0
     preset, _ = resolve_dtype(load_preset(model=args.model, gpu=args.gpu))
     model_path, base, _ = baseline_and_ngram(preset, "2,1,4")
     starts: list[dict[str, Any]] = []
@@ -139,22 +180,8 @@ def main() -> int:
         with locked(args.lock):
             starts.append(one_start(preset, base, model_path, args.windows))
         print(f"  started in {starts[-1]['startup_s']:.1f} s", flush=True)
-    log_tph = [[math.log(w["tasks_per_hour"]) for w in s["windows"]] for s in starts]
-    parts = split(log_tph)
-    order = [(w["ended_at"], math.log(w["tasks_per_hour"])) for s in starts for w in s["windows"]]
-    parts["trend_per_hour"] = trend_per_hour(order)
-    print("\ntasks/h, one row per start, one column per window (seed):")
-    for i, run in enumerate(starts):
-        cells = "  ".join(f"{w['tasks_per_hour']:7,.0f}" for w in run["windows"])
-        print(f"  start {i + 1} ({run['startup_s']:5.1f} s): {cells}")
-    print(
-        f"\nsd of log tasks/h: between starts {parts['between_start_sd']:.4f}, within a start "
-        f"{parts['within_start_sd']:.4f} ({parts['residual_df']} df), start means "
-        f"{parts['start_means_sd']:.4f}, window means {parts['window_means_sd']:.4f}; trend "
-        f"{100 * parts['trend_per_hour']:+.1f}%/h over the run order"
-    )
-    path = args.json or ROOT / "benchmarks" / "data" / f"window-noise-{args.model}-{args.gpu}.json"
-    records = json.loads(path.read_text()) if path.is_file() else []
+    print()
+    parts = analyse(starts)
     records.append(
         {
             "machine": machine_record(),
