@@ -21,8 +21,16 @@ window w is split as window effect + start effect + residual (two-way, no intera
 It prints the table (tasks/h per start and window) and the split, and writes
 benchmarks/data/window-noise-<model>-<gpu>.json with every window and the machine.
 
+`--pair D,LO,HI` asks what a repeat without a restart would give a comparison: the baseline (A)
+and an n-gram config (B) are started once each and both kept up (an idle CPU server draws about
+2% of a core), then every round plays one window on each, seed r in round r on both (the same
+tasks, so the round pairs by task), A first in even rounds and B first in odd ones. Each
+round's log(B/A) is one paired ratio; their spread is what a round costs in noise at a
+window's price, to set beside `benchmarks/repeatability.py`'s fresh-start rounds.
+
     python -m benchmarks.window_noise [--starts 5] [--windows 4] [--lock /tmp/tuner-heavy.lock]
     python -m benchmarks.window_noise --reanalyse   # the stored records' tables and splits again
+    python -m benchmarks.window_noise --pair 3,2,3 --rounds 8 [--lock /tmp/tuner-heavy.lock]
 """
 
 from __future__ import annotations
@@ -123,6 +131,84 @@ def one_start(preset: Any, params: dict[str, Any], model_path: str, windows: int
     return {"startup_s": started, "windows": out}
 
 
+def _window(handle: Any, spec: Any, preset: Any, model_path: str, seed: int, warm: bool) -> Any:
+    settings = preset.workload.model_copy(
+        update={"seed": seed, **({} if warm else {"warmup_tasks": 0})}
+    )
+    return run_workload_sync(
+        handle.base_url,
+        spec.served_model_name or spec.model,
+        settings,
+        tokenizer=model_path if Path(model_path).is_dir() else None,
+        block_size=handle.facts.block_size,
+    )
+
+
+def hot_pair(
+    preset: Any, configs: dict[str, dict[str, Any]], model_path: str, rounds: int
+) -> dict[str, Any]:
+    """A and B started once each and kept up; `rounds` rounds of one window on each (seed r,
+    alternating which goes first); the first window of each has the preset's warm-up."""
+    cache = get_settings().cache_path()
+    launcher = Launcher(
+        log_dir=cache / "logs" / "window-noise", state_dir=cache / "run", cache_dir=cache
+    )
+    specs = {n: preset.server_spec(c, model_path=model_path) for n, c in configs.items()}
+    handles = {}
+    started = {}
+    try:
+        for name, spec in specs.items():
+            t0 = time.monotonic()
+            handles[name] = launcher.launch(spec, timeout_s=preset.startup_timeout_s)
+            started[name] = time.monotonic() - t0
+        out: list[dict[str, Any]] = []
+        for r in range(rounds):
+            order = ["A", "B"] if r % 2 == 0 else ["B", "A"]
+            row: dict[str, Any] = {"round": r, "order": "".join(order)}
+            for name in order:
+                record = _window(handles[name], specs[name], preset, model_path, r, r == 0)
+                row[name] = record.tasks_per_hour
+                row[f"{name}_ended_at"] = time.time()
+            row["log_ratio"] = math.log(row["B"] / row["A"])
+            out.append(row)
+            print(
+                f"  round {r} ({row['order']}): A {row['A']:,.0f}, B {row['B']:,.0f} tasks/h, "
+                f"B/A x{row['B'] / row['A']:.3f}",
+                flush=True,
+            )
+    finally:
+        for handle in handles.values():
+            handle.stop()
+    return {"startup_s": started, "rounds": out}
+
+
+def analyse_pair(pair: dict[str, Any]) -> dict[str, float]:
+    """The rounds' log ratios: mean, sd and a t-interval, the first round (warm-up) apart too."""
+    from scipy import stats
+
+    logs = [r["log_ratio"] for r in pair["rounds"]]
+    n = len(logs)
+    sd = statistics.stdev(logs) if n > 1 else 0.0
+    half = float(stats.t.ppf(0.975, n - 1)) * sd / math.sqrt(n) if n > 1 else math.inf
+    mean = statistics.fmean(logs)
+    later = logs[1:]
+    parts = {
+        "rounds": n,
+        "ratio": math.exp(mean),
+        "ratio_low": math.exp(mean - half),
+        "ratio_high": math.exp(mean + half),
+        "round_sd": sd,
+        "round_sd_after_first": statistics.stdev(later) if len(later) > 1 else 0.0,
+        "a_window_sd": statistics.stdev([math.log(r["A"]) for r in pair["rounds"]]),
+    }
+    print(
+        f"B/A over {n} rounds: x{parts['ratio']:.3f} [{parts['ratio_low']:.3f}, "
+        f"{parts['ratio_high']:.3f}]; sd of a round's log ratio {sd:.4f} "
+        f"({parts['round_sd_after_first']:.4f} without the warm-up round)"
+    )
+    return parts
+
+
 def analyse(starts: list[dict[str, Any]]) -> dict[str, float]:
     """Print the table and the split of `starts` (`one_start`'s records); return the split.
     The trend is fitted to each window's log tasks/h less its window's mean over the starts
@@ -161,6 +247,8 @@ def main() -> int:
     parser.add_argument(
         "--reanalyse", action="store_true", help="run nothing: split the file's records again"
     )
+    parser.add_argument("--pair", help="D,LO,HI: kept-up A/B rounds against this n-gram config")
+    parser.add_argument("--rounds", type=int, default=8, help="--pair's rounds")
     args = parser.parse_args()
     path = args.json or ROOT / "benchmarks" / "data" / f"window-noise-{args.model}-{args.gpu}.json"
     records = json.loads(path.read_text()) if path.is_file() else []
@@ -169,10 +257,30 @@ def main() -> int:
             m = record["machine"]
             when = m.get("recorded_at", "")
             print(f"\n{m.get('cpu_model')} {m.get('cpu_family_model')} ({when}):")
-            record["split"] = analyse(record["starts"])
+            if "pair" in record:
+                record["split"] = analyse_pair(record["pair"])
+            else:
+                record["split"] = analyse(record["starts"])
         path.write_text(json.dumps(records, indent=1) + "\n")
         return 0
     preset, _ = resolve_dtype(load_preset(model=args.model, gpu=args.gpu))
+    if args.pair:
+        model_path, base, ngram = baseline_and_ngram(preset, args.pair)
+        print(f"A {base}, B {ngram}: both kept up, {args.rounds} rounds", flush=True)
+        with locked(args.lock):
+            pair = hot_pair(preset, {"A": base, "B": ngram}, model_path, args.rounds)
+        records.append(
+            {
+                "machine": machine_record(),
+                "configs": {"A": base, "B": ngram},
+                "workload": preset.workload.model_dump(mode="json"),
+                "pair": pair,
+                "split": analyse_pair(pair),
+            }
+        )
+        path.write_text(json.dumps(records, indent=1) + "\n")
+        print(f"wrote {path}")
+        return 0
     model_path, base, _ = baseline_and_ngram(preset, "2,1,4")
     starts: list[dict[str, Any]] = []
     for s in range(args.starts):

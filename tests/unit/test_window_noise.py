@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import random
 
-from benchmarks.window_noise import split, trend_per_hour
+from benchmarks.window_noise import analyse_pair, split, trend_per_hour
 
 
 def test_start_offsets_alone_are_all_between_starts() -> None:
@@ -34,3 +34,22 @@ def test_window_noise_alone_leaves_about_nothing_between_starts() -> None:
 def test_the_trend_is_the_slope_per_hour() -> None:
     points = [(1000.0 + 360.0 * i, 0.02 * i) for i in range(5)]  # +2% every 6 minutes
     assert abs(trend_per_hour(points) - 0.2) < 1e-9
+
+
+def test_kept_up_rounds_give_the_ratio_and_its_spread() -> None:
+    # B is 1.4x A in every round but the last two, where it is 1.4 x e^(+-0.05): the ratio's
+    # geometric mean stays 1.4 and the interval widens with that spread alone.
+    logs = [0.0] * 6 + [0.05, -0.05]
+    rounds = [
+        {"A": 1000.0 * (1 + r / 10), "B": 1400.0 * (1 + r / 10) * math.exp(x)}
+        for r, x in enumerate(logs)
+    ]
+    parts = analyse_pair(
+        {"rounds": [{**r, "log_ratio": math.log(r["B"] / r["A"])} for r in rounds]}
+    )
+    assert abs(parts["ratio"] - 1.4) < 1e-9 and parts["rounds"] == 8
+    expected_sd = math.sqrt(2 * 0.05**2 / 7)
+    assert abs(parts["round_sd"] - expected_sd) < 1e-12
+    assert parts["ratio_low"] < 1.4 < parts["ratio_high"] < 1.45
+    # A's own windows moved 10% a round here; the ratio did not see it.
+    assert parts["a_window_sd"] > 0.1
