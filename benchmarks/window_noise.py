@@ -26,7 +26,9 @@ and an n-gram config (B) are started once each and both kept up (an idle CPU ser
 2% of a core), then every round plays one window on each, seed r in round r on both (the same
 tasks, so the round pairs by task), A first in even rounds and B first in odd ones. Each
 round's log(B/A) is one paired ratio; their spread is what a round costs in noise at a
-window's price, to set beside `benchmarks/repeatability.py`'s fresh-start rounds.
+window's price, to set beside `benchmarks/repeatability.py`'s fresh-start rounds (a record of
+those from the same box is kept in this file too, not in repeatability-*.json, whose quietest
+machine `benchmarks/noise_model.py` makes decision_sim's x1).
 
     python -m benchmarks.window_noise [--starts 5] [--windows 4] [--lock /tmp/tuner-heavy.lock]
     python -m benchmarks.window_noise --reanalyse   # the stored records' tables and splits again
@@ -257,7 +259,14 @@ def main() -> int:
             m = record["machine"]
             when = m.get("recorded_at", "")
             print(f"\n{m.get('cpu_model')} {m.get('cpu_family_model')} ({when}):")
-            if "pair" in record:
+            if "fresh_rounds" in record:  # benchmarks/repeatability.py's record, kept beside
+                fresh = record["fresh_rounds"]
+                ratios = ", ".join(f"{r:.3f}" for r in fresh["paired_ratios"])
+                print(
+                    f"fresh-start rounds (benchmarks.repeatability): B/A {ratios}, CV "
+                    f"{100 * fresh['cv_paired_ratio']:.1f}%"
+                )
+            elif "pair" in record:
                 record["split"] = analyse_pair(record["pair"])
             else:
                 record["split"] = analyse(record["starts"])
