@@ -46,6 +46,7 @@ from typing import Any
 
 import numpy as np
 import optuna
+from optuna.trial import TrialState
 
 from benchmarks._grid_replay import GridTable
 from benchmarks._se_replay import (
@@ -68,6 +69,7 @@ from tuner.study.search.estimate import planned_run_s
 from tuner.study.search.loop import StudyLoop
 from tuner.study.search.loop_settings import LoopSettings
 from tuner.study.search.power import LARGEST_K
+from tuner.study.space import config_key
 from tuner.study.stages.confirm import floor_start_needed
 from tuner.study.stages.confirm_budget import (
     _budget_plan,
@@ -98,6 +100,9 @@ class Budgeted:
     stop: str  # why the stage stopped: win, futile, cap, budget, none
     baseline: bool  # the export is the baseline
     k: int = 0  # finalists the budget's power choice took (0: no confirmation fitted)
+    # Every config the study completed a run of (search and stage): what a perfect choice
+    # could have exported, so the regret of its best is the search's floor, not the choice's.
+    completed: tuple[str, ...] = ()
 
 
 @dataclass
@@ -239,7 +244,13 @@ def run_budgeted(
                 rounds, stop = short.rounds, "budget"
     done = {t.number: t for t in study.get_trials(deepcopy=False)}
     is_base, key = _exported(table, done, backend.results, sorted(backend.spans))
-    return Budgeted(key, spent() / grid_cost, searched / grid_cost, rounds, cap, stop, is_base, k)
+    completed = sorted(
+        {config_key(dict(t.params)) for t in done.values() if t.state == TrialState.COMPLETE}
+    )
+    return Budgeted(
+        key, spent() / grid_cost, searched / grid_cost, rounds, cap, stop, is_base, k,
+        tuple(completed),
+    )  # fmt: skip
 
 
 # ---- many studies ---------------------------------------------------------------------------
@@ -290,6 +301,9 @@ def record(job: Job, run: Budgeted, base: str, keys: list[str], mu: np.ndarray) 
     i, total, split, sd, seed = job
     draw = seed % len(mu)
     regret, hit = judge(run.export, base, keys, mu[draw : draw + 1])
+    # The search's floor: the regret of the best config it completed a run of (the baseline's
+    # when it completed none), what a perfect choice among its runs would export.
+    floor = min(judge(k, base, keys, mu[draw : draw + 1])[0] for k in run.completed or (base,))
     return {
         "search": SEARCHES[i].name,
         "total": total,
@@ -299,6 +313,7 @@ def record(job: Job, run: Budgeted, base: str, keys: list[str], mu: np.ndarray) 
         "seed": seed,
         "export": keys.index(run.export) if run.export is not None else None,
         "regret": round(regret, 5),
+        "floor": round(floor, 5),
         "hit": hit,
         "spent": round(run.spent, 4),
         "search_spent": round(run.search, 4),
@@ -317,6 +332,7 @@ def cell(records: list[dict[str, Any]]) -> dict[str, Any]:
         "seeds": n,
         "regret_mean": round(sum(reg) / n, 4),
         "regret_median": round(float(statistics.median(reg)), 4),
+        **_floor(records),
         "hit": round(sum(r["hit"] for r in records) / n, 4),
         "spent_median": round(float(statistics.median(r["spent"] for r in records)), 4),
         "spent_max": round(max(r["spent"] for r in records), 4),
@@ -330,6 +346,18 @@ def cell(records: list[dict[str, Any]]) -> dict[str, Any]:
         "stops": {
             s: sum(r["stop"] == s for r in records) for s in ("win", "futile", "cap", "budget")
         },
+    }
+
+
+def _floor(records: list[dict[str, Any]]) -> dict[str, float]:
+    """The mean and median of the seeds' floors (the best completed config's regret); none in
+    a per-seed file written before the floor was recorded."""
+    floors = [r["floor"] for r in records if "floor" in r]
+    if len(floors) < len(records):
+        return {}
+    return {
+        "floor_mean": round(sum(floors) / len(floors), 4),
+        "floor_median": round(float(statistics.median(floors)), 4),
     }
 
 
@@ -442,6 +470,12 @@ def verdict(rows_: list[dict[str, Any]], goal_total: str = "25%", regret: float 
     c = tuner["noise"][noises[0]]
     d = c["minus_random"]
     met = c["regret_median"] <= regret and d["interval"][1] < 0
+    floor = (
+        f" The search's floor there (the best config a study completed a run of, what a perfect "
+        f"choice among its runs would export): median {c['floor_median']:.1%}."
+        if "floor_median" in c
+        else ""
+    )
     others = "; ".join(
         f"at noise {n}: median {tuner['noise'][n]['regret_median']:.1%}, minus random "
         + _points(tuner["noise"][n]["minus_random"])
@@ -453,7 +487,7 @@ def verdict(rows_: list[dict[str, Any]], goal_total: str = "25%", regret: float 
         f"median {c['regret_median']:.1%}, minus random {_points(d)}: "
         + ("met" if met else "not met")
         + f". {others[0].upper()}"
-        f"{others[1:]}."
+        f"{others[1:]}.{floor}"
     )
 
 

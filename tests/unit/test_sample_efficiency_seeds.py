@@ -35,6 +35,29 @@ def test_regret_and_hit_are_judged_per_draw() -> None:
     assert budget.judge(None, "a", keys, mu[:1])[0] == pytest.approx(0.5)  # the baseline stays
 
 
+def test_the_floor_is_the_best_completed_config_s_regret_not_the_export_s() -> None:
+    keys = ["a", "b", "c"]
+    mu = np.log(np.array([[0.5, 0.96, 1.0]]))  # a the baseline, c the best, b 4% behind
+
+    def seed(export: str | None, completed: tuple[str, ...]) -> dict[str, object]:
+        run = budget.Budgeted(export, 0.25, 0.2, 2, 10, "win", False, 1, completed)
+        return budget.record((0, 0.25, 0.7, 0.05, 0), run, "a", keys, mu)
+
+    # The study ran c but exported b: the choice cost 4 points, the search none.
+    assert seed("b", ("a", "b", "c"))["regret"] == pytest.approx(0.04)
+    assert seed("b", ("a", "b", "c"))["floor"] == 0.0
+    # It never ran c: the floor is b's, whatever it exported.
+    assert seed("a", ("a", "b"))["floor"] == pytest.approx(0.04)
+    # Nothing completed: the baseline stays, and so does its regret.
+    assert seed(None, ())["floor"] == pytest.approx(0.5)
+    cell = budget.cell([seed("b", ("a", "b", "c")), seed("a", ("a", "b"))])
+    assert cell["floor_median"] == pytest.approx(0.02)
+    assert cell["regret_median"] == pytest.approx(0.27)
+    # A per-seed file written before the floor was recorded gives no floor, not a wrong one.
+    old = {k: v for k, v in seed("b", ("a", "b", "c")).items() if k != "floor"}
+    assert "floor_median" not in budget.cell([old])
+
+
 def test_a_posterior_world_replays_each_config_at_its_draw() -> None:
     table = GridTable.load(LARGE_DATA)
     keys, mu = load_draws(truth_path(LARGE_DATA))
