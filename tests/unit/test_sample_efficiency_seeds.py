@@ -84,3 +84,23 @@ def test_the_per_seed_file_never_takes_the_table_s_place() -> None:
     assert se.seeds_path(Path("d/sample-efficiency-g.md")) == Path(
         "d/sample-efficiency-seeds-g.json"
     )
+
+
+def test_the_verdict_reads_a_replay_of_one_noise_or_without_the_goal_s_total() -> None:
+    keys = ["a", "b", "c"]
+    mu = np.log(np.array([[0.5, 0.96, 1.0]]))
+
+    def seeds(search: int, export: str, total: float) -> list[dict[str, object]]:
+        run = budget.Budgeted(export, total, 0.2, 2, 10, "win", False, 1, ("a", export))
+        return [budget.record((search, total, 0.7, 0.05, s), run, "a", keys, mu) for s in range(3)]
+
+    # One noise (5%): tuner exports c (regret 0), random b (4%).
+    records = seeds(0, "c", 0.25) + seeds(1, "b", 0.25)
+    chosen = {"25%": {"split": 0.7, "k": budget.BY_POWER, "tried": []}}
+    text = budget.verdict(budget.rows(records, chosen))
+    assert "median 0.0%, minus random -4.0 points" in text and text.count("met") == 1
+    assert "at noise" not in text.lower() and "floor there" in text
+    # A replay of 10% and 50% only: no goal row, no verdict, no crash.
+    records = seeds(0, "c", 0.10) + seeds(1, "b", 0.10)
+    chosen = {"10%": {"split": 0.7, "k": budget.BY_POWER, "tried": []}}
+    assert "left out" in budget.verdict(budget.rows(records, chosen))
