@@ -14,9 +14,10 @@ import itertools
 import pytest
 
 from tuner.study.preflight.calibration import scaled_shape, sizing_plan
+from tuner.study.preflight.dtype import resolve_dtype
 from tuner.study.preflight.sizing import min_tasks
 from tuner.study.search.estimate import estimate_line
-from tuner.study.space import Preset, load_preset
+from tuner.study.space import load_preset
 from tuner.workload.calibration import Calibration, SizingOption, SizingPlan, Speeds
 from tuner.workload.settings import WorkloadSettings
 from tuner.workload.shape import SuiteShape
@@ -143,14 +144,13 @@ def test_gpu_presets_and_traces_are_not_calibrated_unless_they_ask() -> None:
     assert gpu.model_copy(update={"target_window_s": 300.0}).window_s == 300.0
 
 
-def _bf16(preset: Preset) -> Preset:
-    """`preset` at the model's own dtype (bf16): the grid's run figures on any CPU."""
-    return preset.model_copy(update={"model": preset.model.model_copy(update={"dtype": "auto"})})
+BF16_CPU = "flags\t: avx2 avx512f avx512_bf16\n"  # /proc/cpuinfo of a CPU with bf16
 
 
 def test_the_estimate_uses_the_calibration_not_the_recorded_grid() -> None:
-    # The model's own dtype (bf16): the grid's figures, whatever CPU runs the test.
-    preset = _bf16(load_preset(model="smollm2-135m", gpu="cpu"))  # plain benchmark: 1 and 8
+    # As resolved on a CPU with bf16 (the grid's figures), whatever CPU runs the test.
+    cpu = load_preset(model="smollm2-135m", gpu="cpu")  # plain benchmark: 1 and 8
+    preset, _ = resolve_dtype(cpu, cpuinfo=BF16_CPU)
     plain = preset.model_copy(update={"throughput_requests": 8, "throughput_output_tokens": 32})
     chosen = preset.workload.model_copy(update={"tasks": 8, "warmup_tasks": 1})
     calibration = Calibration(

@@ -11,6 +11,7 @@ from optuna.distributions import CategoricalDistribution
 from optuna.trial import FrozenTrial, TrialState
 
 from tuner.attrs import Role, TrialAttr
+from tuner.study.preflight.dtype import resolve_dtype
 from tuner.study.search.driver import request_factory
 from tuner.study.search.estimate import (
     estimate_line,
@@ -52,10 +53,13 @@ def test_clock_and_minutes_read_like_a_person_writes_them() -> None:
     assert minutes(4800) == "about 1 h 20 min"
 
 
+BF16_CPU = "flags\t: avx2 avx512f avx512_bf16\n"  # /proc/cpuinfo of a CPU with bf16
+
+
 def test_the_cpu_estimate_is_the_preset_tasks_at_the_measured_pace() -> None:
     cpu = load_preset(model="smollm2-135m", gpu="cpu")  # 12 + 1 tasks, 2 agents
-    # At the model's own dtype (bf16), whatever CPU runs the test: the grid's figures.
-    preset = cpu.model_copy(update={"model": cpu.model.model_copy(update={"dtype": "auto"})})
+    # As resolved on a CPU with bf16 (the grid's figures), whatever CPU runs the test.
+    preset, _ = resolve_dtype(cpu, cpuinfo=BF16_CPU)
     # 42.1 s start + 13 tasks x 12.2 agent-s / 2 agents + 46.9 s after: 168.3 s, the measured
     # median run of benchmarks/data/grid-smollm2-135m-cpu.json.
     assert abs(run_estimate_s(preset) - 168.3) < 0.1
