@@ -47,6 +47,9 @@ SLOW_SUITES = {
 # started, where the files' own order put a server test between them (one start, about a
 # minute, saved).
 RUN_AFTER = {"test_workload_vllm.py": "test_models_serve.py"}
+# /proc/cpuinfo of a CPU with bf16: a preset resolved on it (`resolve_dtype`) runs at the model's
+# own dtype, the recorded grid's figures, whatever CPU runs the test.
+BF16_CPU = "flags\t: avx2 avx512f avx512_bf16\n"
 
 
 def _run_after(items: list[pytest.Item]) -> None:

@@ -13,6 +13,7 @@ import itertools
 
 import pytest
 
+from tests.conftest import BF16_CPU
 from tuner.study.preflight.calibration import scaled_shape, sizing_plan
 from tuner.study.preflight.dtype import resolve_dtype
 from tuner.study.preflight.sizing import min_tasks
@@ -142,9 +143,6 @@ def test_gpu_presets_and_traces_are_not_calibrated_unless_they_ask() -> None:
     gpu = load_preset(model="smollm2-135m", gpu="h200")
     assert gpu.window_s is None
     assert gpu.model_copy(update={"target_window_s": 300.0}).window_s == 300.0
-
-
-BF16_CPU = "flags\t: avx2 avx512f avx512_bf16\n"  # /proc/cpuinfo of a CPU with bf16
 
 
 def test_the_estimate_uses_the_calibration_not_the_recorded_grid() -> None:

@@ -10,6 +10,7 @@ import pytest
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import FrozenTrial, TrialState
 
+from tests.conftest import BF16_CPU
 from tuner.attrs import Role, TrialAttr
 from tuner.study.preflight.dtype import resolve_dtype
 from tuner.study.search.driver import request_factory
@@ -51,9 +52,6 @@ def test_clock_and_minutes_read_like_a_person_writes_them() -> None:
     assert minutes(44.6) == "45 s"
     assert minutes(1000) == "about 17 min"
     assert minutes(4800) == "about 1 h 20 min"
-
-
-BF16_CPU = "flags\t: avx2 avx512f avx512_bf16\n"  # /proc/cpuinfo of a CPU with bf16
 
 
 def test_the_cpu_estimate_is_the_preset_tasks_at_the_measured_pace() -> None:
